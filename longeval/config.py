@@ -1,0 +1,176 @@
+"""The run configuration: schema in Python dataclasses, values in YAML groups under conf/.
+
+Hydra composes `conf/config.yaml` with the chosen groups and the user's overrides; OmegaConf checks
+every key and type against this schema before any work starts, so a typo fails at once and names the
+key and its choices.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from longeval.errors import ConfigError
+
+
+@dataclass
+class ModelConfig:
+    """The evaluated model and its engine settings (vLLM keyword arguments where names match)."""
+
+    name: str = MISSING
+    path: str = MISSING
+    """A local HF folder, or `packaged:smollm2` / `packaged:tiny-random` for the models built by setup."""
+    chat_template: bool = True
+    answer_prefix: bool = True
+    system_prompt: str | None = None
+    reasoning: bool = False
+    max_model_len: int = 8192
+    """The model's usable context; longer prompts are recorded as prompt_too_long and never sent."""
+    dtype: str = "bfloat16"
+    tensor_parallel_size: int = 1
+    enforce_eager: bool = False
+    enable_prefix_caching: bool = True
+    max_num_seqs: int = 16
+    max_num_batched_tokens: int | None = None
+    gpu_memory_utilization: float = 0.9
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra `vllm.LLM` arguments (e.g. hf_overrides for rope scaling)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment for the engine process (e.g. VLLM_CPU_KVCACHE_SPACE, VLLM_ATTENTION_BACKEND)."""
+
+
+@dataclass
+class DataConfig:
+    essay_dir: str | None = None
+    """A folder of .txt essays for the essay haystack; default: the pinned CPython docs corpus."""
+    squad_path: str | None = None
+    """SQuAD v2.0 dev JSON for ruler/qa_1."""
+    hotpotqa_path: str | None = None
+    """HotpotQA dev (distractor) JSON for ruler/qa_2."""
+
+
+@dataclass
+class SuiteConfig:
+    name: str = MISSING
+    tasks: list[str] = MISSING
+    lengths: list[int] = MISSING
+    samples: int = 500
+    """Instances per task and length (RULER uses 500)."""
+    seed: int = 42
+    shard_size: int = 25
+    """Instances per shard: the unit of parallel generation and of resume."""
+    effective_threshold: float = 85.6
+    data: DataConfig = field(default_factory=DataConfig)
+
+
+@dataclass
+class ClusterConfig:
+    name: str = "local"
+    address: str | None = None
+    """Ray address; None starts a local Ray."""
+    num_cpus: int | None = None
+    replicas: int = 1
+    """Engine actors per pool."""
+    gpus_per_replica: float = 0
+    batch_size: int = 8
+    """Prompts per engine call; small batches keep the engine busy past long tails."""
+    generate_parallelism: int = 2
+
+
+@dataclass
+class StoreConfig:
+    name: str = "local"
+    root: str = "runs"
+    """Folder or s3://bucket/prefix under which each run gets its own run root."""
+
+
+@dataclass
+class TrackingConfig:
+    name: str = "none"
+    backend: str = "none"
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    suite: SuiteConfig = field(default_factory=SuiteConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    run_name: str | None = None
+    """The run root is <store.root>/<run_name>; default: <model>-<suite>-seed<seed>."""
+
+    @property
+    def run_root(self) -> str:
+        name = self.run_name or f"{self.model.name}-{self.suite.name}-seed{self.suite.seed}"
+        return f"{self.store.root.rstrip('/')}/{name}"
+
+
+def conf_dir() -> Path:
+    """The config tree: $LONGEVAL_CONF, else conf/ beside the package."""
+    return Path(os.environ.get("LONGEVAL_CONF", Path(__file__).resolve().parents[1] / "conf"))
+
+
+def group_choices(group: str) -> list[str]:
+    return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
+
+
+def load_config(overrides: list[str] | None = None) -> Config:
+    """Compose conf/ with Hydra-style overrides and validate against the schema."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+
+    overrides = list(overrides or [])
+    for item in overrides:
+        group = item.split("=", 1)[0].lstrip("+~")
+        if "=" in item and "." not in group and (conf_dir() / group).is_dir():
+            choice = item.split("=", 1)[1]
+            if choice not in group_choices(group):
+                raise ConfigError(f"unknown {group} {choice!r}; choices: {', '.join(group_choices(group))}")
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+            raw = compose(config_name="config", overrides=overrides)
+    except HydraException as exc:
+        raise ConfigError(f"bad override: {exc}".splitlines()[0]) from exc
+    finally:
+        GlobalHydra.instance().clear()
+    return validate(raw)
+
+
+def validate(raw: DictConfig | dict) -> Config:
+    schema = OmegaConf.structured(Config)
+    try:
+        merged = OmegaConf.merge(schema, raw)
+        cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or ""
+        first = str(exc).splitlines()[0]
+        raise ConfigError(f"config error at {key!r}: {first}") from exc
+    _check(cfg)
+    return cfg
+
+
+def _check(cfg: Config) -> None:
+    from longeval.tasks import get_task
+
+    for name in cfg.suite.tasks:
+        get_task(name)
+    if not cfg.suite.lengths:
+        raise ConfigError("suite.lengths is empty; give at least one length, e.g. suite.lengths=[4096]")
+    for length in cfg.suite.lengths:
+        if length < 256:
+            raise ConfigError(f"suite.lengths has {length}; lengths are in tokens and must be at least 256")
+    if cfg.suite.samples < 1 or cfg.suite.shard_size < 1:
+        raise ConfigError("suite.samples and suite.shard_size must be at least 1")
+
+
+def to_yaml(cfg: Config) -> str:
+    """The resolved config as YAML, for the run root (no credentials live in the config)."""
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))

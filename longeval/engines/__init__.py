@@ -1,0 +1,1 @@
+"""Inference engines: vLLM in-process (one engine per Ray actor)."""

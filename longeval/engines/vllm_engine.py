@@ -1,0 +1,76 @@
+"""One `vllm.LLM` per Ray actor, greedy decoding, token-id prompts.
+
+Prompts arrive as token ids (the exact sequence the generator counted), so the engine never
+re-tokenizes and the length accounting holds. Prompts longer than the pool's `max_model_len` never
+reach this class (one over-long prompt kills a vLLM batch, ray #59194): the pipeline records them as
+`prompt_too_long` first.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from longeval.config import ModelConfig
+
+
+def engine_kwargs(model: ModelConfig, model_path: str, max_model_len: int) -> dict[str, Any]:
+    """The `vllm.LLM` arguments for a model on a pool: only what we set, so logs show non-defaults."""
+    kwargs: dict[str, Any] = {
+        "model": model_path,
+        "tokenizer": model_path,
+        "max_model_len": max_model_len,
+        "dtype": model.dtype,
+        "tensor_parallel_size": model.tensor_parallel_size,
+        "enforce_eager": model.enforce_eager,
+        "enable_prefix_caching": model.enable_prefix_caching,
+        "max_num_seqs": model.max_num_seqs,
+        "seed": 0,
+    }
+    if model.max_num_batched_tokens:
+        kwargs["max_num_batched_tokens"] = model.max_num_batched_tokens
+    if model.gpu_memory_utilization != 0.9:
+        kwargs["gpu_memory_utilization"] = model.gpu_memory_utilization
+    kwargs.update(model.engine_kwargs)
+    return kwargs
+
+
+class VllmPredictor:
+    """A Ray Data `map_batches` callable: instances in, prediction rows out."""
+
+    def __init__(self, model: ModelConfig, model_path: str, model_id: str, max_model_len: int) -> None:
+        for key, value in model.env.items():
+            os.environ.setdefault(key, str(value))
+        import vllm
+
+        self.vllm = vllm
+        self.model_id = model_id
+        self.llm = vllm.LLM(**engine_kwargs(model, model_path, max_model_len))
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list]:
+        vllm = self.vllm
+        prompts = [vllm.TokensPrompt(prompt_token_ids=[int(t) for t in ids]) for ids in batch["prompt_token_ids"]]
+        params = [vllm.SamplingParams(temperature=0.0, max_tokens=int(n), seed=0) for n in batch["max_new_tokens"]]
+        started = time.perf_counter()
+        rows: dict[str, list] = {k: [] for k in ("instance_id", "model_id", "output", "output_tokens",
+                                                  "finish_reason", "cached_prompt_tokens", "latency_s", "error")}
+        try:
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
+            errors = [""] * len(outputs)
+        except Exception as exc:  # a per-batch engine failure becomes data; the rows are retried on rerun
+            outputs, errors = [None] * len(prompts), [f"engine_error: {type(exc).__name__}: {exc}"] * len(prompts)
+        elapsed = (time.perf_counter() - started) / max(1, len(prompts))
+        for instance_id, out, err in zip(batch["instance_id"], outputs, errors, strict=True):
+            completion = out.outputs[0] if out is not None else None
+            rows["instance_id"].append(str(instance_id))
+            rows["model_id"].append(self.model_id)
+            rows["output"].append(completion.text if completion else "")
+            rows["output_tokens"].append(len(completion.token_ids) if completion else 0)
+            rows["finish_reason"].append(str(completion.finish_reason) if completion else "error")
+            rows["cached_prompt_tokens"].append(int(getattr(out, "num_cached_tokens", 0) or 0) if out else 0)
+            rows["latency_s"].append(elapsed)
+            rows["error"].append(err)
+        return rows

@@ -1,0 +1,366 @@
+"""The Ray Data graph: generate -> infer -> score -> report, each stage resumable on a run root.
+
+Every stage reads what the previous one wrote under the run root and writes Parquet shards atomically,
+so a crash loses at most the shards in flight and a rerun on the same root skips what is done:
+finished instance shards, instances that already have a prediction, and so on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from longeval import __version__
+from longeval.aggregate import headline, length_table, summarise
+from longeval.config import Config, to_yaml
+from longeval.plan import Plan, ShardSpec, make_plan
+from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, Instance, Prediction
+from longeval.store import RunRoot
+
+log = logging.getLogger(__name__)
+
+STAGES = ("generate", "infer", "score", "report")
+META_COLUMNS = ["instance_id", "family", "task", "target_length", "input_tokens", "max_new_tokens", "depth"]
+
+
+@dataclass
+class RunResult:
+    root: str
+    summary: pa.Table | None
+    lengths: pa.Table | None
+    headline: pa.Table | None
+
+
+# -- generate ---------------------------------------------------------------------------------------
+
+
+class ShardGenerator:
+    """Ray Data callable: shard specs in, one written instance shard each out.
+
+    An actor keeps the tokenizer and encoded corpora across shards, so start-up is paid once.
+    """
+
+    def __init__(self, cfg: Config, model_path: str, root_uri: str) -> None:
+        from longeval.tasks.base import DataPaths, GenContext
+        from longeval.text.render import PromptFormat
+        from longeval.text.tokenizer import load_encoder
+
+        self.root = RunRoot(root_uri)
+        fmt = PromptFormat(
+            chat_template=cfg.model.chat_template,
+            answer_prefix=cfg.model.answer_prefix,
+            system_prompt=cfg.model.system_prompt,
+            reasoning=cfg.model.reasoning,
+        )
+        data = DataPaths(**asdict(cfg.suite.data))
+        self.ctx = GenContext(encoder=load_encoder(model_path), fmt=fmt, data=data)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list]:
+        names, counts = [], []
+        for i in range(len(batch["task"])):
+            spec = ShardSpec(**{k: _py(batch[k][i]) for k in ShardSpec.__dataclass_fields__})
+            table = generate_shard(self.ctx, spec)
+            self.root.write_table("instances", spec.name, table)
+            names.append(spec.name)
+            counts.append(table.num_rows)
+        return {"shard": names, "instances": counts}
+
+
+def _py(value):
+    return value.item() if hasattr(value, "item") else value
+
+
+def generate_shard(ctx, spec: ShardSpec) -> pa.Table:
+    """Instances [start, stop) of one task and length: pure, and the same with any sharding."""
+    from longeval.tasks import get_task
+    from longeval.tasks.base import instance_rng, make_instance, output_budget
+
+    task = get_task(spec.task)
+    rows = []
+    for index in range(spec.start, spec.stop):
+        rng = instance_rng(spec.seed, task.key, spec.target_length, index)
+        draft = task.generate(
+            ctx, task.params, target_length=spec.target_length,
+            max_new_tokens=output_budget(task, ctx.fmt, spec.target_length), rng=rng, index=index,
+        )
+        rows.append(make_instance(task, draft, ctx, target_length=spec.target_length, seed=spec.seed,
+                                  shard_index=spec.shard_index, index=index).to_row())
+    return pa.Table.from_pylist(rows, schema=INSTANCE_SCHEMA)
+
+
+def generate(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None) -> int:
+    """Write every missing instance shard; returns how many were written."""
+    import ray
+
+    done = root.shard_names("instances")
+    todo = [s for s in plan.shards if s.name not in done]
+    if not todo:
+        return 0
+    size = max(1, min(cfg.cluster.generate_parallelism, len(todo)))
+    ds = ray.data.from_items([s.to_row() for s in todo]).map_batches(
+        ShardGenerator,
+        fn_constructor_kwargs={"cfg": cfg, "model_path": model_path, "root_uri": root.uri},
+        batch_size=1,
+        compute=ray.data.ActorPoolStrategy(size=size),
+        num_cpus=1,
+    )
+    task_id = progress.add_task("generate shards", total=len(todo)) if progress else None
+    written = 0
+    for batch in ds.iter_batches(batch_size=1, batch_format="numpy"):
+        written += len(batch["shard"])
+        if progress:
+            progress.advance(task_id, len(batch["shard"]))
+    return written
+
+
+# -- infer ------------------------------------------------------------------------------------------
+
+
+def pending_predictions(root: RunRoot) -> tuple[pa.Table, set[str]]:
+    """Instance metadata, and the ids that already have a final prediction (engine errors are retried)."""
+    meta = root.read_stage("instances", INSTANCE_SCHEMA, columns=META_COLUMNS)
+    preds = root.read_stage("predictions", PREDICTION_SCHEMA, columns=["instance_id", "error"])
+    final = pc.invert(pc.starts_with(preds["error"], "engine_error"))
+    return meta, set(preds.filter(final)["instance_id"].to_pylist())
+
+
+def infer(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None) -> int:
+    """Run every instance without a prediction through the engine pool; returns how many ran."""
+    import ray
+
+    from longeval.engines.vllm_engine import VllmPredictor
+
+    meta, done = pending_predictions(root)
+    pool = plan.pools[0]
+    todo_mask = [i not in done for i in meta["instance_id"].to_pylist()]
+    todo = meta.filter(pa.array(todo_mask, pa.bool_()))
+    if todo.num_rows == 0:
+        return 0
+    total = pc.add(todo["input_tokens"], todo["max_new_tokens"])
+    too_long = todo.filter(pc.greater(total, pool.max_model_len))
+    if too_long.num_rows:
+        rows = [
+            Prediction(instance_id=i, model_id=cfg.model.name, output="", output_tokens=0,
+                       finish_reason="not_sent", cached_prompt_tokens=0, latency_s=0.0,
+                       error=f"prompt_too_long: {n} tokens > max_model_len {pool.max_model_len}").to_row()
+            for i, n in zip(too_long["instance_id"].to_pylist(), total.filter(
+                pc.greater(total, pool.max_model_len)).to_pylist(), strict=True)
+        ]
+        _write_predictions(root, pa.Table.from_pylist(rows, schema=PREDICTION_SCHEMA))
+    send = set(todo.filter(pc.less_equal(total, pool.max_model_len))["instance_id"].to_pylist())
+    if not send:
+        return too_long.num_rows
+    fs, paths = root.stage_files("instances")
+    ds = ray.data.read_parquet(paths, filesystem=fs, columns=["instance_id", "prompt_token_ids", "max_new_tokens",
+                                                                "target_length"])
+    ds = ds.filter(lambda row: row["instance_id"] in send)
+    ds = ds.map_batches(
+        VllmPredictor,
+        fn_constructor_kwargs={"model": cfg.model, "model_path": model_path, "model_id": cfg.model.name,
+                               "max_model_len": pool.max_model_len},
+        batch_size=cfg.cluster.batch_size,
+        compute=ray.data.ActorPoolStrategy(size=pool.replicas),
+        num_gpus=pool.gpus_per_replica or None,
+        num_cpus=1,
+    )
+    task_id = progress.add_task("infer", total=len(send)) if progress else None
+    for batch in ds.iter_batches(batch_size=cfg.cluster.batch_size, batch_format="pyarrow"):
+        _write_predictions(root, batch.select(PREDICTION_SCHEMA.names).cast(PREDICTION_SCHEMA))
+        if progress:
+            progress.advance(task_id, batch.num_rows)
+    return len(send) + too_long.num_rows
+
+
+def _write_predictions(root: RunRoot, table: pa.Table) -> None:
+    ids = "".join(sorted(table["instance_id"].to_pylist()))
+    name = "part-" + hashlib.sha256(ids.encode()).hexdigest()[:16]
+    root.write_table("predictions", name, table)
+
+
+# -- score ------------------------------------------------------------------------------------------
+
+
+class Scorer:
+    """Ray Data callable: instance + prediction rows in, score rows out (scorers never raise on output)."""
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        from longeval.scoring import score_prediction
+
+        rows = []
+        for row in batch.to_pylist():
+            instance = Instance.from_row({**row, "prompt": "", "prompt_token_ids": []})
+            prediction = Prediction.from_row(row)
+            rows.append(score_prediction(instance, prediction).to_row())
+        return pa.Table.from_pylist(rows, schema=SCORE_SCHEMA)
+
+
+def score(cfg: Config, root: RunRoot) -> pa.Table:
+    """Score every prediction (cheap, so always all of them) and write one scores table."""
+    import ray
+
+    columns = [n for n in INSTANCE_SCHEMA.names if n not in ("prompt", "prompt_token_ids")]
+    instances = root.read_stage("instances", INSTANCE_SCHEMA, columns=columns)
+    preds = _latest(root.read_stage("predictions", PREDICTION_SCHEMA))
+    joined = _join(instances, preds)
+    if joined.num_rows == 0:
+        scores = SCORE_SCHEMA.empty_table()
+    else:
+        ds = ray.data.from_arrow(joined).map_batches(
+            Scorer, batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0.5
+        )
+        scores = pa.concat_tables([pa.Table.from_batches(b.to_batches()) if isinstance(b, pa.Table) else b
+                                   for b in ds.iter_batches(batch_format="pyarrow")]).cast(SCORE_SCHEMA)
+        scores = scores.sort_by([("task", "ascending"), ("target_length", "ascending"),
+                                 ("instance_id", "ascending")])
+    root.write_table("scores", "scores", scores)
+    return scores
+
+
+def _join(instances: pa.Table, preds: pa.Table) -> pa.Table:
+    """Instances with their prediction's columns (Arrow's join cannot carry list columns)."""
+    where = pc.index_in(instances["instance_id"], value_set=preds["instance_id"])
+    found = pc.is_valid(where)
+    left, right = instances.filter(found), preds.take(where.filter(found))
+    for name in PREDICTION_SCHEMA.names:
+        if name != "instance_id":
+            left = left.append_column(name, right[name])
+    return left
+
+
+def _latest(preds: pa.Table) -> pa.Table:
+    """One prediction per instance: a final one if any (an engine error is replaced by its retry)."""
+    seen: dict[str, int] = {}
+    for i, (iid, err) in enumerate(zip(preds["instance_id"].to_pylist(), preds["error"].to_pylist(), strict=True)):
+        if iid not in seen or not err.startswith("engine_error"):
+            seen[iid] = i
+    return preds.take(pa.array(sorted(seen.values()), pa.int64()))
+
+
+# -- report -----------------------------------------------------------------------------------------
+
+
+def report(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> RunResult:
+    """Summaries per task x length, per length, and the headline numbers; written as Parquet, CSV, JSON."""
+    import pyarrow.csv as pacsv
+
+    if scores is None:
+        scores = root.read_stage("scores", SCORE_SCHEMA)
+    summary = summarise(scores)
+    lengths = length_table(summary)
+    head = headline(lengths, threshold=cfg.suite.effective_threshold)
+    for name, table in (("tasks", summary), ("lengths", lengths), ("headline", head)):
+        root.write_table("summary", name, table)
+        sink = pa.BufferOutputStream()
+        pacsv.write_csv(table, sink)
+        root.write_text(f"summary/{name}.csv", sink.getvalue().to_pybytes().decode("utf-8"))
+    root.write_json("summary.json", {"tasks": summary.to_pylist(), "lengths": lengths.to_pylist(),
+                                     "headline": head.to_pylist()})
+    return RunResult(root=root.uri, summary=summary, lengths=lengths, headline=head)
+
+
+# -- provenance -------------------------------------------------------------------------------------
+
+
+def write_provenance(cfg: Config, root: RunRoot, model_path: str) -> None:
+    """The resolved config and every version and fingerprint needed to reproduce a number."""
+    from longeval.tasks.ruler.templates import TEMPLATES_FINGERPRINT
+    from longeval.text.corpus import load_essays
+    from longeval.text.tokenizer import chat_template_fingerprint, load_tokenizer, tokenizer_fingerprint
+
+    tokenizer = load_tokenizer(model_path)
+    corpus = load_essays(cfg.suite.data.essay_dir)
+    versions = {
+        "longeval": __version__,
+        "python": platform.python_version(),
+        **{name: _version(name) for name in ("vllm", "ray", "transformers", "tokenizers", "torch", "pyarrow")},
+        "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
+        "chat_template_fingerprint": chat_template_fingerprint(tokenizer),
+        "ruler_templates_fingerprint": TEMPLATES_FINGERPRINT,
+        "essay_corpus": {"name": corpus.name, "fingerprint": corpus.fingerprint, "words": corpus.words},
+        "model_path": model_path,
+    }
+    root.write_text("config.yaml", to_yaml(cfg))
+    root.write_json("versions.json", versions)
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    for name in (dist, f"{dist}-cpu"):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            continue
+    return "not installed"
+
+
+# -- the whole run ----------------------------------------------------------------------------------
+
+
+def init_ray(cfg: Config) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    kwargs: dict = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
+    if cfg.cluster.address:
+        kwargs["address"] = cfg.cluster.address
+    else:
+        kwargs["num_cpus"] = cfg.cluster.num_cpus or max(2, os.cpu_count() or 2)
+    ray.init(**kwargs)
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+
+
+def run(cfg: Config, *, stages: Iterable[str] = STAGES, progress=None) -> RunResult:
+    from longeval.models import resolve_model_path
+
+    stages = list(stages)
+    model_path = str(resolve_model_path(cfg.model.path))
+    plan = make_plan(cfg)
+    root = RunRoot(cfg.run_root)
+    _check_same_config(cfg, root)
+    write_provenance(cfg, root, model_path)
+    if {"generate", "infer", "score"} & set(stages):
+        init_ray(cfg)
+    if "generate" in stages:
+        generate(cfg, plan, root, model_path, progress)
+    if "infer" in stages:
+        infer(cfg, plan, root, model_path, progress)
+    scores = score(cfg, root) if "score" in stages else None
+    if "report" in stages:
+        return report(cfg, root, scores)
+    return RunResult(root=root.uri, summary=None, lengths=None, headline=None)
+
+
+def _check_same_config(cfg: Config, root: RunRoot) -> None:
+    """Refuse to mix instances from a different suite or model into an existing run root."""
+    from longeval.errors import ConfigError
+
+    if not root.exists("config.yaml"):
+        return
+    from omegaconf import OmegaConf
+
+    old = OmegaConf.create(root.read_text("config.yaml"))
+    for key in ("model.path", "model.chat_template", "model.answer_prefix", "model.reasoning", "suite.seed"):
+        was, now = OmegaConf.select(old, key), OmegaConf.select(OmegaConf.structured(cfg), key)
+        if was != now:
+            raise ConfigError(
+                f"run root {root.uri} was made with {key}={was!r}, not {now!r}; use another run_name=... "
+                "or store.root=..., or delete that run root to start over"
+            )
+
+
+def dumps(obj) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True, default=str)

@@ -1,0 +1,86 @@
+"""Expand a config into shard specs and inference pools, without running anything.
+
+A shard is `(task, target_length, seed, shard_index)` covering instance indices [start, stop): the unit
+of parallel generation and of resume. A pool is a contiguous bucket of lengths served by engine
+replicas with one `max_model_len`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from longeval.config import Config
+from longeval.errors import ConfigError
+from longeval.tasks import get_task
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    task: str  # registry key, family/name
+    target_length: int
+    seed: int
+    shard_index: int
+    start: int
+    stop: int
+
+    @property
+    def name(self) -> str:
+        family, task = self.task.split("/")
+        return f"{family}.{task}.L{self.target_length}.s{self.seed}.{self.shard_index:05d}"
+
+    def to_row(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Engine replicas for a bucket of lengths."""
+
+    name: str
+    lengths: tuple[int, ...]
+    max_model_len: int
+    tensor_parallel_size: int
+    replicas: int
+    gpus_per_replica: float
+
+    def kv_cache_gib(self, kv_bytes_per_token: int | None) -> float | None:
+        """KV memory one full-length sequence needs (layers x kv_heads x head_dim x 2 x 2 bytes per token)."""
+        return None if kv_bytes_per_token is None else kv_bytes_per_token * self.max_model_len / 2**30
+
+
+@dataclass(frozen=True)
+class Plan:
+    shards: tuple[ShardSpec, ...]
+    pools: tuple[Pool, ...]
+
+    @property
+    def instances(self) -> int:
+        return sum(s.stop - s.start for s in self.shards)
+
+
+def make_plan(cfg: Config) -> Plan:
+    suite = cfg.suite
+    data = suite.data
+    shards: list[ShardSpec] = []
+    for name in suite.tasks:
+        spec = get_task(name)
+        for need in spec.needs:
+            if not getattr(data, need):
+                raise ConfigError(
+                    f"task {spec.key} needs suite.data.{need}; give the file path, e.g. "
+                    f"suite.data.{need}=/data/file.json, or drop the task from suite.tasks"
+                )
+        for length in sorted(set(suite.lengths)):
+            for shard_index, start in enumerate(range(0, suite.samples, suite.shard_size)):
+                stop = min(suite.samples, start + suite.shard_size)
+                shards.append(ShardSpec(spec.key, length, suite.seed, shard_index, start, stop))
+    lengths = tuple(sorted(set(suite.lengths)))
+    pool = Pool(
+        name="pool0",
+        lengths=lengths,
+        max_model_len=min(cfg.model.max_model_len, max(lengths)),
+        tensor_parallel_size=cfg.model.tensor_parallel_size,
+        replicas=cfg.cluster.replicas,
+        gpus_per_replica=cfg.cluster.gpus_per_replica,
+    )
+    return Plan(shards=tuple(shards), pools=(pool,))

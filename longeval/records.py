@@ -1,0 +1,156 @@
+"""Typed records at every stage boundary, and their Arrow schemas.
+
+Stages exchange Arrow tables (Ray Data blocks, Parquet shards); inside a stage we work with these
+dataclasses. `from_row` / `to_row` are the only places that know the column layout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import pyarrow as pa
+
+
+def content_id(*parts: Any) -> str:
+    """A stable id from content: the same inputs give the same id on any machine and run."""
+    blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One prompt to send, with everything its scorer needs."""
+
+    instance_id: str
+    family: str
+    task: str
+    context_id: str
+    target_length: int
+    input_tokens: int
+    depth: float
+    complexity: str
+    prompt: str
+    prompt_token_ids: list[int]
+    answer_prefix: str
+    max_new_tokens: int
+    references: list[str]
+    metric: str
+    meta: str  # task-specific JSON for the scorer and for analysis
+    seed: int
+    shard_index: int
+    index: int
+    generator_version: str
+    tokenizer_id: str
+
+    def to_row(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Instance:
+        values = {f.name: row[f.name] for f in fields(cls)}
+        values["prompt_token_ids"] = [int(t) for t in values["prompt_token_ids"]]
+        values["references"] = [str(r) for r in values["references"]]
+        return cls(**values)
+
+
+INSTANCE_SCHEMA = pa.schema(
+    [
+        ("instance_id", pa.string()),
+        ("family", pa.string()),
+        ("task", pa.string()),
+        ("context_id", pa.string()),
+        ("target_length", pa.int64()),
+        ("input_tokens", pa.int64()),
+        ("depth", pa.float64()),
+        ("complexity", pa.string()),
+        ("prompt", pa.large_string()),
+        ("prompt_token_ids", pa.large_list(pa.int32())),
+        ("answer_prefix", pa.string()),
+        ("max_new_tokens", pa.int64()),
+        ("references", pa.list_(pa.string())),
+        ("metric", pa.string()),
+        ("meta", pa.string()),
+        ("seed", pa.int64()),
+        ("shard_index", pa.int64()),
+        ("index", pa.int64()),
+        ("generator_version", pa.string()),
+        ("tokenizer_id", pa.string()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the engine returned for one instance. A failure is data (`error`), never a dropped row."""
+
+    instance_id: str
+    model_id: str
+    output: str
+    output_tokens: int
+    finish_reason: str
+    cached_prompt_tokens: int
+    latency_s: float
+    error: str = ""  # "" when fine; "prompt_too_long", "engine_error: ..." otherwise
+
+    def to_row(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Prediction:
+        return cls(**{f.name: row[f.name] for f in fields(cls)})
+
+
+PREDICTION_SCHEMA = pa.schema(
+    [
+        ("instance_id", pa.string()),
+        ("model_id", pa.string()),
+        ("output", pa.large_string()),
+        ("output_tokens", pa.int64()),
+        ("finish_reason", pa.string()),
+        ("cached_prompt_tokens", pa.int64()),
+        ("latency_s", pa.float64()),
+        ("error", pa.string()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Score:
+    """One scored instance. Group columns (task, length, depth) are copied in so summaries are group-bys."""
+
+    instance_id: str
+    model_id: str
+    family: str
+    task: str
+    target_length: int
+    depth: float
+    metric: str
+    score: float  # 0..1
+    parsed_answer: str
+    error_type: str  # "" | "null" (empty output) | "prompt_too_long" | "engine_error"
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def to_row(self) -> dict[str, Any]:
+        row = asdict(self)
+        row["extra"] = json.dumps(self.extra, sort_keys=True)
+        return row
+
+
+SCORE_SCHEMA = pa.schema(
+    [
+        ("instance_id", pa.string()),
+        ("model_id", pa.string()),
+        ("family", pa.string()),
+        ("task", pa.string()),
+        ("target_length", pa.int64()),
+        ("depth", pa.float64()),
+        ("metric", pa.string()),
+        ("score", pa.float64()),
+        ("parsed_answer", pa.string()),
+        ("error_type", pa.string()),
+        ("extra", pa.string()),
+    ]
+)

@@ -1,0 +1,1 @@
+"""Human-readable views of aggregated results."""

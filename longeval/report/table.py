@@ -1,0 +1,113 @@
+"""RULER-style results tables for the terminal: tasks by lengths, then the headline numbers.
+
+Null answers and failed prompts are shown next to the scores because a low score from a model that answered
+and a low score from a run that broke are different findings.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pyarrow as pa
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+__all__ = ["format_length", "render_results"]
+
+_MISSING = "–"
+
+
+def format_length(n: int) -> str:
+    """A token length as RULER writes it: 4096 -> "4K", 131072 -> "128K", 1048576 -> "1M".
+
+    Only powers of two get a suffix; any other length (e.g. 100000) is printed in full so nobody mistakes
+    it for a binary multiple.
+    """
+    if n <= 0 or n & (n - 1):
+        return str(n)
+    if n >= 1 << 20:
+        return f"{n >> 20}M"
+    if n >= 1 << 10:
+        return f"{n >> 10}K"
+    return str(n)
+
+
+def render_results(summary: pa.Table, length_tbl: pa.Table, head: pa.Table) -> Group:
+    """One table per (model_id, family), as returned by `summarise`, `length_table` and `headline`.
+
+    Rows are tasks, columns are lengths, cells are scores (×100); a `nulls` column totals the empty answers
+    of each task over all lengths, and an `Avg` row gives the per-length score. Below each table, one line
+    with Avg, wAvg(inc), wAvg(dec) and the effective length, plus any prompts too long or engine errors.
+    """
+    cells: dict[tuple[str, str], dict[str, dict[int, dict]]] = defaultdict(lambda: defaultdict(dict))
+    for row in summary.to_pylist():
+        cells[(row["model_id"], row["family"])][row["task"]][row["target_length"]] = row
+    averages: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
+    for row in length_tbl.to_pylist():
+        averages[(row["model_id"], row["family"])][row["target_length"]] = row["score"]
+    headlines = {(row["model_id"], row["family"]): row for row in head.to_pylist()}
+
+    renderables: list[Table | Text] = []
+    for key in sorted(cells.keys() | averages.keys()):
+        tasks = cells.get(key, {})
+        scored = {length for by_length in tasks.values() for length in by_length}
+        lengths = sorted(scored | averages[key].keys())
+        renderables.append(_model_table(key, tasks, lengths, averages[key]))
+        renderables.append(_headline_line(headlines.get(key), tasks))
+    return Group(*renderables)
+
+
+def _model_table(
+    key: tuple[str, str], tasks: dict[str, dict[int, dict]], lengths: list[int], averages: dict[int, float]
+) -> Table:
+    model_id, family = key
+    table = Table(title=f"{model_id} · {family}", title_justify="left")
+    table.add_column("task")
+    for length in lengths:
+        table.add_column(format_length(length), justify="right")
+    table.add_column("nulls", justify="right")
+
+    for task in sorted(tasks):
+        by_length = tasks[task]
+        scores = [_score_cell(by_length.get(length, {}).get("score")) for length in lengths]
+        nulls = sum(row["nulls"] for row in by_length.values())
+        table.add_row(task, *scores, str(nulls))
+    table.add_section()
+    nulls_total = sum(row["nulls"] for by_length in tasks.values() for row in by_length.values())
+    table.add_row(
+        "Avg",
+        *[_score_cell(averages.get(length)) for length in lengths],
+        str(nulls_total),
+        style="bold",
+    )
+    return table
+
+
+def _headline_line(row: dict | None, tasks: dict[str, dict[int, dict]]) -> Text:
+    if row is None:
+        return Text("no headline numbers (no per-length scores)")
+    effective = row["effective_length"]
+    threshold = f"{row['threshold']:g}"
+    effective_text = (
+        f"effective length {format_length(effective)} (> {threshold})"
+        if effective is not None
+        else f"effective length: none (no length > {threshold})"
+    )
+    parts = [
+        f"Avg {row['avg']:.2f}",
+        f"wAvg(inc) {row['wavg_inc']:.2f}",
+        f"wAvg(dec) {row['wavg_dec']:.2f}",
+        effective_text,
+    ]
+    too_long = sum(r["too_long"] for by_length in tasks.values() for r in by_length.values())
+    errors = sum(r["errors"] for by_length in tasks.values() for r in by_length.values())
+    if too_long:
+        parts.append(f"{too_long} prompt(s) too long (scored 0)")
+    if errors:
+        parts.append(f"{errors} engine error(s) (scored 0)")
+    return Text(" · ".join(parts))
+
+
+def _score_cell(score: float | None) -> str:
+    return _MISSING if score is None else f"{score:.2f}"

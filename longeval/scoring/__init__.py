@@ -1,0 +1,105 @@
+"""Turn one (instance, prediction) pair into a Score.
+
+Failures are data: a prompt that did not fit, an engine error or an empty answer each score 0 and are
+labelled in `error_type`, so summaries count them instead of silently shrinking the denominator.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+
+from longeval.errors import ConfigError, LongevalError
+from longeval.records import Instance, Prediction, Score
+from longeval.scoring.string_match import (
+    postprocess_prediction,
+    string_match_all,
+    string_match_part,
+    strip_reasoning,
+)
+
+__all__ = [
+    "METRICS",
+    "MAX_PARSED_ANSWER_CHARS",
+    "score_prediction",
+    "postprocess_prediction",
+    "string_match_all",
+    "string_match_part",
+    "strip_reasoning",
+]
+
+Metric = Callable[[str, Sequence[str]], float]
+
+METRICS: dict[str, Metric] = {
+    "string_match_all": string_match_all,
+    "string_match_part": string_match_part,
+}
+
+MAX_PARSED_ANSWER_CHARS = 2000
+"""Parsed answers are kept for inspection only; a runaway generation should not bloat the score files."""
+
+
+def score_prediction(instance: Instance, prediction: Prediction) -> Score:
+    """Score one prediction against its instance; never raises on anything the model produced.
+
+    Raises:
+        ConfigError: the instance names a metric that is not in `METRICS`, or its `meta` is not a JSON
+            object — both are faults of the generated data, not of the model.
+        LongevalError: the prediction belongs to a different instance (a broken join upstream).
+    """
+    metric = METRICS.get(instance.metric)
+    if metric is None:
+        raise ConfigError(
+            f"instance {instance.instance_id} uses unknown metric {instance.metric!r}; "
+            f"known: {', '.join(sorted(METRICS))}"
+        )
+    if prediction.instance_id != instance.instance_id:
+        raise LongevalError(
+            f"prediction for {prediction.instance_id} was paired with instance {instance.instance_id}; "
+            "join predictions to instances on instance_id"
+        )
+
+    output = prediction.output
+    if _is_reasoning(instance):
+        output = strip_reasoning(output)
+    answer = postprocess_prediction(output)
+
+    if prediction.error.startswith("prompt_too_long"):
+        value, error_type = 0.0, "prompt_too_long"
+    elif prediction.error:
+        value, error_type = 0.0, "engine_error"
+    elif not answer:
+        value, error_type = 0.0, "null"
+    else:
+        value, error_type = metric(answer, instance.references), ""
+
+    return Score(
+        instance_id=instance.instance_id,
+        model_id=prediction.model_id,
+        family=instance.family,
+        task=instance.task,
+        target_length=instance.target_length,
+        depth=instance.depth,
+        metric=instance.metric,
+        score=value,
+        parsed_answer=answer[:MAX_PARSED_ANSWER_CHARS],
+        error_type=error_type,
+    )
+
+
+def _is_reasoning(instance: Instance) -> bool:
+    """Whether the instance was generated for a reasoning model (its `meta` says `"reasoning": true`)."""
+    if not instance.meta:
+        return False
+    try:
+        meta = json.loads(instance.meta)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"instance {instance.instance_id} has malformed meta JSON ({exc}); regenerate the instances"
+        ) from exc
+    if not isinstance(meta, dict):
+        raise ConfigError(
+            f"instance {instance.instance_id} has meta {instance.meta[:80]!r}, expected a JSON object; "
+            "regenerate the instances"
+        )
+    return meta.get("reasoning") is True

@@ -1,0 +1,425 @@
+"""One filesystem layer for a run root: a local folder, a `file://` URI or `s3://bucket/prefix`.
+
+Every stage writes its output as Parquet shards under `<root>/<stage>/<name>.parquet`. A shard is written
+atomically (a local temp file renamed into place; on S3 a single object upload, which only becomes visible
+when complete), so a finished shard name is proof the shard is whole. Resume is therefore just "skip the
+names in `shard_names(stage)`": a crash loses at most the shards in flight.
+
+S3 access goes through `pyarrow.fs.S3FileSystem`. The endpoint comes from `LONGEVAL_S3_ENDPOINT`,
+`AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL` (for SeaweedFS, MinIO, Ceph...), credentials from the AWS SDK's
+usual chain (`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, `AWS_PROFILE`, instance roles). Credentials are
+never passed to pyarrow explicitly, so they are neither logged nor pickled when a `RunRoot` goes to a Ray
+worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyarrow import fs as pafs
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from longeval.errors import StoreError
+
+__all__ = ["ENDPOINT_ENV_VARS", "RunRoot", "s3_endpoint_from_env"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Environment variables that name a custom S3 endpoint, first match wins.
+ENDPOINT_ENV_VARS = ("LONGEVAL_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+
+_PARQUET = ".parquet"
+_TMP_SUFFIX = ".tmp"
+_AWS_CODE = re.compile(r"AWS Error (\w+)")
+_HTTP_STATUS = re.compile(r"HTTP status (\d{3})")
+# Worth another try: the server was briefly away, overloaded or restarting.
+_TRANSIENT_CODES = {
+    "NETWORK_CONNECTION",
+    "SLOW_DOWN",
+    "SERVICE_UNAVAILABLE",
+    "INTERNAL_FAILURE",
+    "REQUEST_TIMEOUT",
+    "THROTTLING",
+}
+_AUTH_CODES = {
+    "ACCESS_DENIED",
+    "INVALID_ACCESS_KEY_ID",
+    "SIGNATURE_DOES_NOT_MATCH",
+    "MISSING_AUTHENTICATION_TOKEN",
+    "INVALID_SIGNATURE",
+    "UNRECOGNIZED_CLIENT",
+    "INVALID_CLIENT_TOKEN_ID",
+}
+
+
+@dataclass(frozen=True)
+class S3Endpoint:
+    """A custom S3 endpoint split the way pyarrow wants it."""
+
+    scheme: str  # "http" | "https"
+    host: str  # "host:port", pyarrow's endpoint_override
+    source: str  # the environment variable it came from, for error messages
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.host}"
+
+
+def s3_endpoint_from_env(env: dict[str, str] | None = None) -> S3Endpoint | None:
+    """The custom S3 endpoint configured in the environment, or None for AWS itself.
+
+    `http://127.0.0.1:8333` gives scheme `http` and host `127.0.0.1:8333`; a value without a scheme is taken
+    as https, the AWS default.
+    """
+    env = dict(os.environ) if env is None else env
+    for var in ENDPOINT_ENV_VARS:
+        value = env.get(var, "").strip()
+        if not value:
+            continue
+        parts = urlsplit(value if "://" in value else f"https://{value}")
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path.strip("/"):
+            raise StoreError(
+                f"{var}={value!r} is not an S3 endpoint; expected a URL like http://127.0.0.1:8333 "
+                "(scheme http or https, host and port, no path)"
+            )
+        return S3Endpoint(scheme=parts.scheme, host=parts.netloc, source=var)
+    return None
+
+
+def _aws_code(exc: BaseException) -> str:
+    """The AWS error code inside a pyarrow OSError message ('' if none)."""
+    match = _AWS_CODE.search(str(exc))
+    return match.group(1) if match else ""
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if not isinstance(exc, OSError) or isinstance(exc, FileNotFoundError | PermissionError):
+        return False
+    if _aws_code(exc) in _TRANSIENT_CODES:
+        return True
+    status = _HTTP_STATUS.search(str(exc))
+    return bool(status and status.group(1).startswith("5"))
+
+
+class RunRoot:
+    """The folder (or S3 prefix) that holds everything one evaluation run writes.
+
+    Args:
+        uri: a local path, `file:///abs/path` or `s3://bucket/prefix`.
+        attempts: tries per S3 operation for transient errors (connection refused, 5xx, throttling).
+        connect_timeout: seconds to wait for an S3 connection before counting the attempt as failed.
+    """
+
+    def __init__(self, uri: str, *, attempts: int = 3, connect_timeout: float = 5.0) -> None:
+        if not isinstance(uri, str) or not uri.strip():
+            raise StoreError(f"empty run root {uri!r}; give a local path, file:///path or s3://bucket/prefix")
+        self._attempts = max(1, attempts)
+        self._connect_timeout = connect_timeout
+        self._endpoint: S3Endpoint | None = None
+        self._fs_cache: pafs.FileSystem | None = None
+        uri = uri.strip()
+        parts = urlsplit(uri)
+        if len(parts.scheme) <= 1:  # a plain path (a one-letter "scheme" is a Windows drive)
+            self._kind = "local"
+            self._base = str(Path(uri).expanduser().resolve())
+            self._uri = self._base
+        elif parts.scheme == "file":
+            if parts.netloc not in ("", "localhost"):
+                raise StoreError(f"run root {uri!r}: file:// URIs must be local, like file:///abs/path")
+            self._kind = "local"
+            self._base = str(Path(parts.path).resolve())
+            self._uri = f"file://{self._base}"
+        elif parts.scheme == "s3":
+            bucket, prefix = parts.netloc, parts.path.strip("/")
+            if not bucket:
+                raise StoreError(f"run root {uri!r} names no bucket; expected s3://bucket/prefix")
+            self._kind = "s3"
+            self._bucket = bucket
+            self._base = f"{bucket}/{prefix}" if prefix else bucket
+            self._uri = f"s3://{self._base}"
+            self._endpoint = s3_endpoint_from_env()
+        else:
+            raise StoreError(
+                f"run root {uri!r} has unsupported scheme {parts.scheme!r}; "
+                "use a local path, file:///abs/path or s3://bucket/prefix"
+            )
+
+    # -- identity ---------------------------------------------------------------------------------------
+
+    @property
+    def uri(self) -> str:
+        """The normalised run root: an absolute path, `file:///...` or `s3://bucket/prefix`."""
+        return self._uri
+
+    @property
+    def is_s3(self) -> bool:
+        return self._kind == "s3"
+
+    def path(self, *parts: str) -> str:
+        """Where `parts` live under the root, as a URI-ish string for messages and logs."""
+        rel = self._rel(*parts) if parts else ""
+        return f"{self._uri}/{rel}" if rel else self._uri
+
+    def local_path(self) -> Path | None:
+        """The root as a local `Path`, or None when it is remote."""
+        return Path(self._base) if self._kind == "local" else None
+
+    def __repr__(self) -> str:
+        return f"RunRoot({self._uri!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Ray pickles RunRoots into workers: ship the URI and options, rebuild the filesystem there.
+        state = self.__dict__.copy()
+        state["_fs_cache"] = None
+        return state
+
+    # -- shards -----------------------------------------------------------------------------------------
+
+    def write_table(self, stage: str, name: str, table: pa.Table) -> None:
+        """Write one shard atomically: readers see the whole shard or none of it."""
+        rel = self._rel(stage, name + _PARQUET)
+        if self._kind == "local":
+            self._local_atomic(rel, lambda f: pq.write_table(table, f, compression="zstd"))
+            return
+        # Serialise first, so a failure while encoding never reaches the bucket; the upload is then one
+        # object write, which S3 publishes only when it completes.
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression="zstd")
+        self._s3_put(rel, sink.getvalue())
+
+    def read_stage(
+        self, stage: str, schema: pa.Schema | None = None, *, columns: list[str] | None = None
+    ) -> pa.Table:
+        """All finished shards of a stage, concatenated in sorted shard-name order.
+
+        With no shards, an empty table with `schema` (or with no columns when `schema` is None).
+        `columns` reads only those columns (prompts are large; metadata reads should not pay for them).
+        """
+        if columns is not None and schema is not None:
+            schema = pa.schema([schema.field(c) for c in columns])
+        names = sorted(self.shard_names(stage))
+        if not names:
+            return schema.empty_table() if schema is not None else pa.table({})
+        tables = [
+            self._call(
+                f"read {self.path(stage, n + _PARQUET)}",
+                pq.read_table,
+                self._full(stage, n + _PARQUET),
+                filesystem=self._fs,
+                schema=schema,
+                columns=columns,
+            )
+            for n in names
+        ]
+        try:
+            return pa.concat_tables(tables, promote_options="default" if schema is None else "none")
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise StoreError(
+                f"shards of stage {stage!r} under {self._uri} have incompatible schemas ({exc}); "
+                "were they written by different longeval versions? Use a fresh run root or delete the stage"
+            ) from exc
+
+    def stage_files(self, stage: str) -> tuple[pafs.FileSystem, list[str]]:
+        """The filesystem and full paths of a stage's finished shards, for `ray.data.read_parquet`."""
+        return self._fs, [self._full(stage, n + _PARQUET) for n in sorted(self.shard_names(stage))]
+
+    def shard_names(self, stage: str) -> set[str]:
+        """Names of the finished shards of a stage (without `.parquet`): what a rerun may skip."""
+        return {
+            base[: -len(_PARQUET)]
+            for base in self._list(self._rel(stage))
+            if base.endswith(_PARQUET) and not base.startswith(".")
+        }
+
+    def has(self, stage: str, name: str) -> bool:
+        """Whether the shard `name` of `stage` is finished."""
+        return self.exists(f"{self._rel(stage)}/{name}{_PARQUET}")
+
+    # -- small files ------------------------------------------------------------------------------------
+
+    def write_json(self, name: str, obj: Any) -> None:
+        """Write `obj` as indented, key-sorted JSON at `<root>/<name>`, atomically."""
+        self.write_text(name, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+    def read_json(self, name: str) -> Any:
+        text = self.read_text(name)
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise StoreError(
+                f"{self.path(name)} is not valid JSON ({exc}); delete it or use a new run root"
+            ) from exc
+
+    def write_text(self, name: str, text: str) -> None:
+        """Write UTF-8 text at `<root>/<name>`, atomically."""
+        rel = self._rel(name)
+        data = text.encode("utf-8")
+        if self._kind == "local":
+            self._local_atomic(rel, lambda f: f.write(data))
+        else:
+            self._s3_put(rel, data)
+
+    def read_text(self, name: str) -> str:
+        rel = self._rel(name)
+
+        def read() -> bytes:
+            with self._fs.open_input_stream(f"{self._base}/{rel}") as f:
+                return f.read()
+
+        return self._call(f"read {self.path(name)}", read).decode("utf-8")
+
+    def exists(self, name: str) -> bool:
+        """Whether a file (not a folder) exists at `<root>/<name>`."""
+        full = f"{self._base}/{self._rel(name)}"
+        info = self._call(f"look up {self.path(name)}", self._fs.get_file_info, full)
+        return info.type == pafs.FileType.File
+
+    # -- internals --------------------------------------------------------------------------------------
+
+    @property
+    def _fs(self) -> pafs.FileSystem:
+        """The pyarrow filesystem, built on first use (and again after unpickling)."""
+        if self._fs_cache is None:
+            self._fs_cache = self._make_fs()
+        return self._fs_cache
+
+    def _make_fs(self) -> pafs.FileSystem:
+        if self._kind == "local":
+            return pafs.LocalFileSystem()
+        options: dict[str, Any] = {
+            "connect_timeout": self._connect_timeout,
+            # Our own retry loop (tenacity) decides; the SDK's default three tries would multiply it.
+            "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=1),
+        }
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if region:
+            options["region"] = region
+        if self._endpoint is not None:
+            options["endpoint_override"] = self._endpoint.host
+            options["scheme"] = self._endpoint.scheme
+            options.setdefault("region", "us-east-1")
+        log.debug("run root %s: S3 endpoint %s", self._uri, self._endpoint.url if self._endpoint else "AWS")
+        try:
+            return pafs.S3FileSystem(**options)
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"cannot set up S3 access for {self._uri}: {exc}") from exc
+
+    def _rel(self, *parts: str) -> str:
+        """Join path parts under the root, refusing anything that would escape it."""
+        pieces: list[str] = []
+        for part in parts:
+            if not isinstance(part, str) or not part:
+                raise StoreError(f"empty or non-string path part {part!r} under run root {self._uri}")
+            for piece in part.split("/"):
+                if piece in ("", ".", ".."):
+                    raise StoreError(
+                        f"path {'/'.join(parts)!r} under run root {self._uri} must be relative, "
+                        "without empty, '.' or '..' components"
+                    )
+                pieces.append(piece)
+        return "/".join(pieces)
+
+    def _full(self, *parts: str) -> str:
+        return f"{self._base}/{self._rel(*parts)}"
+
+    def _list(self, rel: str) -> list[str]:
+        """Base names of the files directly inside `<root>/<rel>` (none if it does not exist)."""
+        selector = pafs.FileSelector(f"{self._base}/{rel}", recursive=False, allow_not_found=True)
+        infos = self._call(f"list {self.path(rel)}", self._fs.get_file_info, selector)
+        if not infos and self._kind == "s3":
+            # pyarrow lists a missing bucket as empty: say so, or a typo in the bucket looks like a fresh run.
+            bucket = self._call(f"look up bucket of {self._uri}", self._fs.get_file_info, self._bucket)
+            if bucket.type == pafs.FileType.NotFound:
+                raise StoreError(
+                    f"cannot list {self.path(rel)}: bucket {self._bucket!r} does not exist; "
+                    "create it first or fix the run root"
+                )
+        return [info.base_name for info in infos if info.type == pafs.FileType.File]
+
+    def _local_atomic(self, rel: str, write: Callable[[Any], object]) -> None:
+        """Write to a temp file beside the target, fsync, then rename over it (atomic on POSIX)."""
+        final = Path(self._base, rel)
+        tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex[:12]}{_TMP_SUFFIX}")
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
+        except OSError as exc:
+            raise self._store_error(f"write {final}", exc) from exc
+        finally:
+            with contextlib.suppress(OSError):  # gone after the rename, or the folder never existed
+                tmp.unlink(missing_ok=True)
+
+    def _s3_put(self, rel: str, data: bytes | pa.Buffer) -> None:
+        def put() -> None:
+            with self._fs.open_output_stream(f"{self._base}/{rel}") as out:
+                out.write(data)
+
+        self._call(f"write {self.path(rel)}", put)
+
+    def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run one filesystem operation, retrying transient S3 errors, and turn failures into StoreError."""
+        retrying = Retrying(
+            stop=stop_after_attempt(self._attempts if self._kind == "s3" else 1),
+            wait=wait_exponential(multiplier=0.25, max=2.0),
+            retry=retry_if_exception(_is_transient),
+            reraise=True,
+        )
+        try:
+            return retrying(fn, *args, **kwargs)
+        except OSError as exc:
+            raise self._store_error(what, exc) from exc
+
+    def _store_error(self, what: str, exc: OSError) -> StoreError:
+        """A StoreError that names the run root and says what to check."""
+        code = _aws_code(exc)
+        message = str(exc) or type(exc).__name__
+        if self._kind == "local":
+            if isinstance(exc, PermissionError):
+                hint = "check the folder's permissions or pick a run root you can write"
+            elif isinstance(exc, FileNotFoundError):
+                hint = "the file does not exist; is this the right run root, and did the stage finish?"
+            else:
+                hint = "check the path, free disk space and permissions"
+        elif code == "NETWORK_CONNECTION" or "curlCode" in message:
+            endpoint = (
+                f"{self._endpoint.url} (from {self._endpoint.source})"
+                if self._endpoint
+                else f"AWS (no {' / '.join(ENDPOINT_ENV_VARS)} set)"
+            )
+            hint = (
+                f"cannot reach the S3 endpoint {endpoint}; check that the server is running and that "
+                f"{ENDPOINT_ENV_VARS[0]} or AWS_ENDPOINT_URL points at it (e.g. http://127.0.0.1:8333)"
+            )
+        elif code == "NO_SUCH_BUCKET":
+            hint = f"bucket {self._bucket!r} does not exist; create it first or fix the run root"
+        elif code in _AUTH_CODES or "HTTP status 403" in message:
+            hint = (
+                "access denied; check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or "
+                f"AWS_PROFILE) and that they may use bucket {self._bucket!r}"
+            )
+        elif isinstance(exc, FileNotFoundError):
+            hint = "the object does not exist; is this the right run root, and did the stage finish?"
+        else:
+            hint = (
+                f"check the S3 endpoint ({', '.join(ENDPOINT_ENV_VARS)}), the credentials and that "
+                f"bucket {self._bucket!r} exists"
+            )
+        return StoreError(f"cannot {what}: {hint} [{message}]")

@@ -1,0 +1,164 @@
+"""What every task shares: the generation context, the task spec, and turning a draft into an Instance.
+
+A task is pure: `generate(ctx, params, target_length=..., rng=..., index=...) -> Draft`. No engine,
+no Ray, no I/O beyond reading the user's data files through `GenContext`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from longeval.errors import LengthError
+from longeval.records import Instance, content_id
+from longeval.text.pieces import Piece, strip_head
+from longeval.text.render import Frame, PromptFormat, render_frame
+from longeval.text.tokenizer import Encoder
+
+GENERATOR_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class DataPaths:
+    """User-supplied data for tasks that need it (RULER QA reads SQuAD and HotpotQA)."""
+
+    essay_dir: str | None = None
+    squad_path: str | None = None
+    hotpotqa_path: str | None = None
+
+
+@dataclass
+class GenContext:
+    """Everything a generator may use besides its parameters: the model's tokenizer and the data."""
+
+    encoder: Encoder
+    fmt: PromptFormat = field(default_factory=PromptFormat)
+    data: DataPaths = field(default_factory=DataPaths)
+    cache: dict[Any, Any] = field(default_factory=dict)  # per-process: encoded corpora, parsed data
+
+    def cached(self, key: Any, build: Callable[[], Any]) -> Any:
+        if key not in self.cache:
+            self.cache[key] = build()
+        return self.cache[key]
+
+    def frame(self, user_text: str, answer_prefix: str) -> Frame:
+        return render_frame(self.encoder, self.fmt, user_text, answer_prefix)
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A generated prompt before the bookkeeping fields are filled in."""
+
+    prompt: str
+    prompt_token_ids: np.ndarray
+    answer_prefix: str
+    references: list[str]
+    depth: float = -1.0
+    complexity: str = ""
+    context_id: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A registered task: a family, a name from the paper, the paper's parameters, a generator, a metric."""
+
+    family: str
+    name: str
+    params: Any
+    generate: Callable[..., Draft]
+    metric: str
+    max_new_tokens: int
+    needs: tuple[str, ...] = ()  # DataPaths fields this task reads
+
+    @property
+    def key(self) -> str:
+        return f"{self.family}/{self.name}"
+
+
+def instance_rng(seed: int, task_key: str, target_length: int, index: int) -> np.random.Generator:
+    """Randomness derived per instance, so any sharding gives the same instances."""
+    task_hash = int.from_bytes(hashlib.sha256(task_key.encode()).digest()[:8], "little")
+    return np.random.default_rng([seed, task_hash, target_length, index])
+
+
+def context_budget(frame: Frame, target_length: int, max_new_tokens: int) -> int:
+    """Tokens left for the context: `input_tokens + max_new_tokens <= target_length`."""
+    budget = target_length - max_new_tokens - frame.overhead
+    if budget <= 0:
+        raise LengthError(
+            f"target length {target_length} cannot hold the prompt template ({frame.overhead} tokens) "
+            f"and the output budget ({max_new_tokens} tokens); use a larger suite.lengths value"
+        )
+    return budget
+
+
+def fit_context(encoder: Encoder, budget: int, build: Callable[[int], Piece]) -> Piece:
+    """Build a context of at most `budget` tokens, allowing for the re-encoded first word.
+
+    `build(b)` assembles a context for a haystack budget `b`; removing the leading space can change
+    the count by a token, so we shrink and rebuild in the rare case it overflows.
+    """
+    target = budget
+    for _ in range(4):
+        context = strip_head(encoder, build(target))
+        if len(context) <= budget:
+            return context
+        target -= len(context) - budget
+    raise LengthError(f"could not fit a context into {budget} tokens")
+
+
+def make_instance(
+    spec: TaskSpec,
+    draft: Draft,
+    ctx: GenContext,
+    *,
+    target_length: int,
+    seed: int,
+    shard_index: int,
+    index: int,
+) -> Instance:
+    ids = np.asarray(draft.prompt_token_ids, dtype=np.int32)
+    max_new = output_budget(spec, ctx.fmt, target_length)
+    input_tokens = int(len(ids))
+    if input_tokens + max_new > target_length:
+        raise LengthError(f"{spec.key} at {target_length}: {input_tokens} input tokens exceed the budget")
+    meta = dict(draft.meta)
+    meta.update(params=asdict(spec.params), reasoning=ctx.fmt.reasoning, prompt_format=asdict(ctx.fmt))
+    return Instance(
+        instance_id=content_id(spec.key, target_length, seed, index, ctx.encoder.fingerprint, asdict(ctx.fmt)),
+        family=spec.family,
+        task=spec.name,
+        context_id=draft.context_id or content_id(spec.key, target_length, seed, index, "context"),
+        target_length=target_length,
+        input_tokens=input_tokens,
+        depth=float(draft.depth),
+        complexity=draft.complexity,
+        prompt=draft.prompt,
+        prompt_token_ids=ids,  # numpy until written; Arrow takes it as is
+        answer_prefix=draft.answer_prefix,
+        max_new_tokens=max_new,
+        references=list(draft.references),
+        metric=spec.metric,
+        meta=json.dumps(meta, sort_keys=True),
+        seed=seed,
+        shard_index=shard_index,
+        index=index,
+        generator_version=GENERATOR_VERSION,
+        tokenizer_id=ctx.encoder.fingerprint,
+    )
+
+
+def output_budget(spec: TaskSpec, fmt: PromptFormat, target_length: int) -> int:
+    """max_new_tokens: the task's own budget (RULER's tokens_to_generate), larger for reasoning models."""
+    return max(spec.max_new_tokens, reasoning_budget(target_length)) if fmt.reasoning else spec.max_new_tokens
+
+
+def reasoning_budget(target_length: int) -> int:
+    """Output budget for reasoning models: an eighth of the length, at least 1K (e.g. 16K at 128K)."""
+    return max(1024, target_length // 8)

@@ -1,0 +1,1 @@
+"""Text layer: tokenizer, prompt rendering, haystack corpora, and contexts built in token space."""

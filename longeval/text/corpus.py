@@ -1,0 +1,73 @@
+"""Haystack text: the pinned essay corpus and RULER's noise sentences, as unit streams.
+
+RULER fills its haystacks with Paul Graham's essays, downloaded at run time. We cannot download, and a
+benchmark should not depend on a live web page anyway, so the default corpus is pinned and offline:
+the reference documentation that ships with CPython (`pydoc_data.topics`, about 65K words, PSF
+licence), in sorted topic order. Any folder of `.txt` files can replace it (`suite.essay_dir`), read
+in sorted file-name order, so the essay order is deterministic either way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from longeval.errors import DataFileError
+
+NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+"""RULER's repeated noise haystack (niah_single_1, variable tracking)."""
+
+MAX_UNIT_WORDS = 48
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Sentences (each with a leading space) and a fingerprint of the text they came from."""
+
+    name: str
+    sentences: tuple[str, ...]
+    fingerprint: str
+    words: int
+
+
+def split_sentences(text: str) -> list[str]:
+    """Whitespace-normalised sentences; very long ones (code listings) cut into word chunks."""
+    out: list[str] = []
+    for sentence in _SENTENCE_END.split(" ".join(text.split())):
+        words = sentence.split()
+        for i in range(0, len(words), MAX_UNIT_WORDS):
+            out.append(" " + " ".join(words[i : i + MAX_UNIT_WORDS]))
+    return [s for s in out if s.strip()]
+
+
+def _make(name: str, texts: list[str]) -> Corpus:
+    joined = "\n\n".join(texts)
+    sentences = tuple(split_sentences(joined))
+    digest = hashlib.sha256(joined.encode("utf-8")).hexdigest()[:16]
+    return Corpus(name=name, sentences=sentences, fingerprint=digest, words=len(joined.split()))
+
+
+@lru_cache(maxsize=4)
+def load_essays(essay_dir: str | None = None) -> Corpus:
+    """The essay haystack: a user folder of .txt files, or the pinned CPython documentation text."""
+    if essay_dir is None:
+        from pydoc_data.topics import topics
+
+        return _make("pydoc_data.topics", [topics[key] for key in sorted(topics)])
+    folder = Path(essay_dir).expanduser()
+    files = sorted(folder.glob("**/*.txt")) if folder.is_dir() else []
+    if not files:
+        raise DataFileError(
+            f"essay folder {essay_dir!r} has no .txt files; point suite.essay_dir at a folder of plain-text "
+            "essays (e.g. Paul Graham's essays as RULER uses), or remove it to use the pinned default corpus"
+        )
+    return _make(str(folder), [f.read_text(encoding="utf-8", errors="replace") for f in files])
+
+
+def noise_sentences() -> tuple[str, ...]:
+    """RULER's noise paragraph as five units, so a context can stop between any two sentences."""
+    return tuple(split_sentences(NOISE))

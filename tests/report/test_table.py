@@ -1,0 +1,117 @@
+"""The terminal report: tasks by lengths, nulls, the Avg row and the headline line."""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow as pa
+import pytest
+from rich.console import Console
+
+from longeval.aggregate import headline, length_table, summarise
+from longeval.records import SCORE_SCHEMA
+from longeval.report.table import format_length, render_results
+
+
+@pytest.mark.parametrize(
+    ("n", "text"),
+    [
+        (4096, "4K"),
+        (8192, "8K"),
+        (131072, "128K"),
+        (1048576, "1M"),
+        (2097152, "2M"),
+        (1024, "1K"),
+        (512, "512"),
+        (100000, "100000"),
+        (3072, "3072"),
+        (0, "0"),
+    ],
+)
+def test_format_length(n: int, text: str) -> None:
+    assert format_length(n) == text
+
+
+def make_scores(
+    cells: dict[tuple[str, int], list[tuple[float, str]]], *, model_id: str = "model-a"
+) -> pa.Table:
+    rows = [
+        {
+            "instance_id": f"{model_id}-{task}-{length}-{i}",
+            "model_id": model_id,
+            "family": "ruler",
+            "task": task,
+            "target_length": length,
+            "depth": 0.5,
+            "metric": "string_match_all",
+            "score": score,
+            "parsed_answer": "",
+            "error_type": error_type,
+            "extra": "{}",
+        }
+        for (task, length), samples in cells.items()
+        for i, (score, error_type) in enumerate(samples)
+    ]
+    return pa.Table.from_pylist(rows, schema=SCORE_SCHEMA)
+
+
+def render(scores: pa.Table) -> str:
+    summary = summarise(scores)
+    lengths = length_table(summary)
+    console = Console(record=True, width=150)
+    console.print(render_results(summary, lengths, headline(lengths)))
+    return console.export_text()
+
+
+def row_cells(text: str, first: str) -> list[str]:
+    """The cells of the one table row whose first cell is `first`."""
+    rows = [[cell.strip() for cell in re.split("[│┃]", line)[1:-1]] for line in text.splitlines()]
+    (row,) = [row for row in rows if row and row[0] == first]
+    return row
+
+
+def test_render_table_layout() -> None:
+    scores = make_scores(
+        {
+            ("niah_single_1", 4096): [(1.0, ""), (1.0, "")],
+            ("niah_single_1", 1048576): [(1.0, ""), (0.0, "null")],
+            ("vt", 4096): [(0.5, ""), (0.0, "null")],
+            ("vt", 1048576): [(0.0, "null"), (0.0, "null")],
+        }
+    )
+    text = render(scores)
+    assert "model-a · ruler" in text
+    assert row_cells(text, "task") == ["task", "4K", "1M", "nulls"]
+    assert row_cells(text, "niah_single_1") == ["niah_single_1", "100.00", "50.00", "1"]
+    assert row_cells(text, "vt") == ["vt", "25.00", "0.00", "3"]
+    assert row_cells(text, "Avg") == ["Avg", "62.50", "25.00", "4"]
+    assert "Avg 43.75 · wAvg(inc) 37.50 · wAvg(dec) 50.00" in text
+    assert "effective length: none (no length > 85.6)" in text
+
+
+def test_render_effective_length_and_failures() -> None:
+    scores = make_scores(
+        {
+            ("qa_1", 4096): [(1.0, "")],
+            ("qa_1", 131072): [(0.0, "prompt_too_long")],
+            ("qa_1", 100000): [(0.0, "engine_error")],
+        }
+    )
+    text = render(scores)
+    assert row_cells(text, "task") == ["task", "4K", "100000", "128K", "nulls"]
+    assert "effective length 4K (> 85.6)" in text
+    assert "1 prompt(s) too long (scored 0)" in text
+    assert "1 engine error(s) (scored 0)" in text
+
+
+def test_render_missing_cell_and_several_models() -> None:
+    scores = pa.concat_tables(
+        [
+            make_scores({("cwe", 4096): [(1.0, "")], ("fwe", 8192): [(1.0, "")]}, model_id="model-b"),
+            make_scores({("cwe", 4096): [(0.9, "")]}, model_id="model-a"),
+        ]
+    )
+    text = render(scores)
+    assert text.index("model-a · ruler") < text.index("model-b · ruler")
+    assert row_cells(text, "fwe") == ["fwe", "–", "100.00", "0"]
+    assert "effective length 8K (> 85.6)" in text

@@ -1,0 +1,215 @@
+"""Aggregation: RULER's per-task and per-length scores and headline numbers, checked against its Table 3."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from longeval.aggregate import headline, length_table, summarise, wilson_interval
+from longeval.errors import ConfigError
+from longeval.records import SCORE_SCHEMA
+
+LENGTHS = [4096, 8192, 16384, 32768, 65536, 131072]
+
+
+def score_rows(
+    scores: list[float],
+    *,
+    error_types: list[str] | None = None,
+    model_id: str = "m",
+    task: str = "niah_single_1",
+    target_length: int = 4096,
+) -> list[dict]:
+    error_types = error_types or [""] * len(scores)
+    return [
+        {
+            "instance_id": f"{model_id}-{task}-{target_length}-{i}",
+            "model_id": model_id,
+            "family": "ruler",
+            "task": task,
+            "target_length": target_length,
+            "depth": 0.5,
+            "metric": "string_match_all",
+            "score": score,
+            "parsed_answer": "",
+            "error_type": error_type,
+            "extra": "{}",
+        }
+        for i, (score, error_type) in enumerate(zip(scores, error_types, strict=True))
+    ]
+
+
+def length_scores(model_id: str, scores: list[float]) -> pa.Table:
+    return pa.table(
+        {
+            "model_id": [model_id] * len(scores),
+            "family": ["ruler"] * len(scores),
+            "target_length": pa.array(LENGTHS[: len(scores)], pa.int64()),
+            "score": scores,
+            "tasks": [13] * len(scores),
+        }
+    )
+
+
+# --- Wilson interval -------------------------------------------------------------------------------------
+
+
+def test_wilson_half_of_ten() -> None:
+    """5/10: centre 0.5; half-width z*sqrt(0.025 + z²/400)/(1 + z²/10) = 0.26341."""
+    low, high = wilson_interval(0.5, 10)
+    assert low == pytest.approx(0.236593, abs=1e-6)
+    assert high == pytest.approx(0.763407, abs=1e-6)
+
+
+def test_wilson_at_the_edges() -> None:
+    """At p = 1 the lower bound is n / (n + z²); at p = 0 the upper bound is z² / (n + z²)."""
+    z2 = 1.959963984540054**2
+    assert wilson_interval(1.0, 500) == pytest.approx((500 / (500 + z2), 1.0))
+    assert wilson_interval(0.0, 500) == pytest.approx((0.0, z2 / (500 + z2)))
+
+
+# --- summarise -------------------------------------------------------------------------------------------
+
+
+def test_summarise_keeps_failures_as_zeros_and_counts_them() -> None:
+    rows = score_rows([1.0, 0.5, 0.0, 0.0], error_types=["", "", "null", "prompt_too_long"])
+    summary = summarise(pa.Table.from_pylist(rows, schema=SCORE_SCHEMA))
+    assert summary.to_pylist() == [
+        {
+            "model_id": "m",
+            "family": "ruler",
+            "task": "niah_single_1",
+            "target_length": 4096,
+            "n": 4,
+            "score": 37.5,
+            # Wilson for p = 0.375, n = 4: centre 0.436236, half-width 0.344337
+            "ci_low": 9.19,
+            "ci_high": 78.06,
+            "nulls": 1,
+            "too_long": 1,
+            "errors": 0,
+        }
+    ]
+
+
+def test_summarise_counts_engine_errors() -> None:
+    rows = score_rows([0.0, 1.0, 1.0], error_types=["engine_error", "", ""])
+    (row,) = summarise(pa.Table.from_pylist(rows, schema=SCORE_SCHEMA)).to_pylist()
+    assert (row["n"], row["score"], row["errors"], row["nulls"]) == (3, 66.67, 1, 0)
+
+
+def test_summarise_sorts_lengths_numerically() -> None:
+    rows = [r for length in (131072, 8192, 16384, 4096) for r in score_rows([1.0], target_length=length)]
+    summary = summarise(pa.Table.from_pylist(rows, schema=SCORE_SCHEMA))
+    assert summary["target_length"].to_pylist() == [4096, 8192, 16384, 131072]
+
+
+def test_summarise_custom_grouping() -> None:
+    rows = score_rows([1.0, 0.0], task="qa_1") + score_rows([1.0, 1.0], task="vt", target_length=8192)
+    summary = summarise(pa.Table.from_pylist(rows, schema=SCORE_SCHEMA), by=["model_id"])
+    assert summary.column_names[:3] == ["model_id", "n", "score"]
+    assert summary.select(["model_id", "n", "score"]).to_pylist() == [
+        {"model_id": "m", "n": 4, "score": 75.0}
+    ]
+
+
+def test_summarise_empty_table() -> None:
+    summary = summarise(SCORE_SCHEMA.empty_table())
+    assert summary.num_rows == 0
+    assert "ci_high" in summary.column_names
+
+
+def test_summarise_missing_column() -> None:
+    with pytest.raises(ConfigError, match="depth_bucket"):
+        summarise(SCORE_SCHEMA.empty_table(), by=["depth_bucket"])
+
+
+# --- length_table ----------------------------------------------------------------------------------------
+
+
+def test_length_table_is_unweighted_mean_over_tasks() -> None:
+    """A task with 1 sample weighs as much as a task with 4: RULER averages task scores, not samples."""
+    rows = score_rows([1.0], task="a") + score_rows([0.0, 0.0, 0.0, 1.0], task="b")
+    rows += score_rows([1.0], task="a", target_length=8192)
+    lengths = length_table(summarise(pa.Table.from_pylist(rows, schema=SCORE_SCHEMA)))
+    assert lengths.to_pylist() == [
+        {"model_id": "m", "family": "ruler", "target_length": 4096, "score": 62.5, "tasks": 2},
+        {"model_id": "m", "family": "ruler", "target_length": 8192, "score": 100.0, "tasks": 1},
+    ]
+
+
+# --- headline: RULER Table 3 -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model_id", "scores", "exact", "published", "effective"),
+    [
+        (
+            "gpt-4",
+            [96.6, 96.3, 95.2, 93.2, 87.0, 81.2],
+            (91.58, 89.04, 94.13),
+            (91.6, 89.0, 94.1),
+            65536,
+        ),
+        (
+            "mixtral-8x22b",
+            [94.9, 92.1, 92.5, 85.9, 72.4, 44.5],
+            (80.38, 72.82, 87.95),
+            (80.4, 72.8, 87.9),
+            32768,
+        ),
+    ],
+)
+def test_headline_reproduces_ruler_table_3(
+    model_id: str,
+    scores: list[float],
+    exact: tuple[float, float, float],
+    published: tuple[float, float, float],
+    effective: int,
+) -> None:
+    (row,) = headline(length_scores(model_id, scores)).to_pylist()
+    got = (row["avg"], row["wavg_inc"], row["wavg_dec"])
+    assert got == exact
+    # The paper prints one decimal; 87.95 appears there as 87.9, so compare within half a unit of 0.1.
+    assert got == pytest.approx(published, abs=0.05 + 1e-9)
+    assert row["effective_length"] == effective
+    assert (row["lengths"], row["threshold"]) == (6, 85.6)
+
+
+def test_headline_weights_follow_length_order_not_row_order() -> None:
+    shuffled = length_scores("m", [96.6, 96.3, 95.2, 93.2, 87.0, 81.2]).take([5, 2, 0, 4, 1, 3])
+    (row,) = headline(shuffled).to_pylist()
+    assert (row["wavg_inc"], row["wavg_dec"]) == (89.04, 94.13)
+
+
+def test_effective_length_is_strictly_above_threshold() -> None:
+    (row,) = headline(length_scores("m", [85.6, 85.6])).to_pylist()
+    assert row["effective_length"] is None
+    (row,) = headline(length_scores("m", [90.0, 80.0]), threshold=79.99).to_pylist()
+    assert row["effective_length"] == 8192
+
+
+def test_effective_length_is_largest_passing_length_even_after_a_dip() -> None:
+    """Convention: the largest length above the threshold, not the end of the first passing run."""
+    (row,) = headline(length_scores("m", [90.0, 80.0, 88.0])).to_pylist()
+    assert row["effective_length"] == 16384
+
+
+def test_headline_one_row_per_model() -> None:
+    table = pa.concat_tables([length_scores("b", [90.0, 90.0]), length_scores("a", [50.0])])
+    rows = headline(table).to_pylist()
+    assert [(r["model_id"], r["avg"], r["lengths"]) for r in rows] == [("a", 50.0, 1), ("b", 90.0, 2)]
+
+
+def test_pipeline_from_scores_to_headline() -> None:
+    rows = []
+    for length, (a, b) in zip(LENGTHS[:3], [(1.0, 1.0), (1.0, 0.5), (0.5, 0.0)], strict=True):
+        rows += score_rows([a], task="niah_single_1", target_length=length)
+        rows += score_rows([b], task="vt", target_length=length)
+    lengths = length_table(summarise(pa.Table.from_pylist(rows, schema=SCORE_SCHEMA)))
+    assert lengths["score"].to_pylist() == [100.0, 75.0, 25.0]
+    (row,) = headline(lengths).to_pylist()
+    assert row["avg"] == round(200 / 3, 2)
+    assert row["wavg_inc"] == round((100 + 2 * 75 + 3 * 25) / 6, 2)
+    assert row["wavg_dec"] == round((3 * 100 + 2 * 75 + 25) / 6, 2)
+    assert row["effective_length"] == 4096

@@ -1,0 +1,234 @@
+"""RunRoot on the local filesystem: round trips, atomic shards, resume by shard names."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from longeval.errors import StoreError
+from longeval.records import PREDICTION_SCHEMA, Prediction
+from longeval.store import RunRoot, s3_endpoint_from_env
+
+
+def predictions(model: str, n: int, *, start: int = 0) -> pa.Table:
+    rows = [
+        Prediction(
+            instance_id=f"i{k:04d}",
+            model_id=model,
+            output=f"answer {k} ✓",
+            output_tokens=k,
+            finish_reason="stop",
+            cached_prompt_tokens=0,
+            latency_s=0.5 * k,
+        ).to_row()
+        for k in range(start, start + n)
+    ]
+    return pa.Table.from_pylist(rows, schema=PREDICTION_SCHEMA)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> RunRoot:
+    return RunRoot(str(tmp_path / "run"))
+
+
+def test_uri_forms_point_at_the_same_folder(tmp_path: Path) -> None:
+    plain = RunRoot(str(tmp_path / "run"))
+    as_file = RunRoot(f"file://{tmp_path}/run/")
+    assert plain.uri == str(tmp_path / "run")
+    assert as_file.uri == f"file://{tmp_path}/run"
+    assert plain.local_path() == as_file.local_path() == tmp_path / "run"
+    assert plain.path("predictions", "s0.parquet") == f"{tmp_path}/run/predictions/s0.parquet"
+    plain.write_json("config.json", {"a": 1})
+    assert as_file.read_json("config.json") == {"a": 1}
+
+
+def test_table_round_trip(root: RunRoot) -> None:
+    table = predictions("m", 5)
+    root.write_table("predictions", "shard-00000", table)
+    assert root.read_stage("predictions", PREDICTION_SCHEMA).equals(table)
+    assert root.read_stage("predictions").equals(table)
+    assert root.has("predictions", "shard-00000")
+    assert not root.has("predictions", "shard-00001")
+    path = root.local_path() / "predictions" / "shard-00000.parquet"
+    assert path.is_file()
+
+
+def test_shards_are_zstd_parquet(root: RunRoot) -> None:
+    import pyarrow.parquet as pq
+
+    root.write_table("predictions", "s", predictions("m", 3))
+    meta = pq.ParquetFile(root.local_path() / "predictions" / "s.parquet").metadata
+    assert meta.row_group(0).column(0).compression == "ZSTD"
+
+
+def test_json_and_text_round_trip(root: RunRoot) -> None:
+    obj = {"model": "smollm2", "lengths": [4096, 8192], "nested": {"ü": None, "x": 1.5}}
+    root.write_json("config.json", obj)
+    assert root.read_json("config.json") == obj
+    root.write_text("meta/versions.txt", "vllm 0.32.0\nray 2.60.0\n")
+    assert root.read_text("meta/versions.txt") == "vllm 0.32.0\nray 2.60.0\n"
+    assert root.exists("config.json") and root.exists("meta/versions.txt")
+    assert not root.exists("nothing.json")
+    assert not root.exists("meta")  # a folder is not a file
+    root.write_json("config.json", {"replaced": True})
+    assert root.read_json("config.json") == {"replaced": True}
+
+
+def test_read_stage_concatenates_in_sorted_name_order(root: RunRoot) -> None:
+    for k in (2, 0, 10, 1):
+        root.write_table("predictions", f"shard-{k:05d}", predictions("m", 2, start=10 * k))
+    out = root.read_stage("predictions", PREDICTION_SCHEMA)
+    assert out.column("instance_id").to_pylist() == [
+        "i0000", "i0001", "i0010", "i0011", "i0020", "i0021", "i0100", "i0101",
+    ]  # fmt: skip
+
+
+def test_empty_stage_gives_empty_table_with_schema(root: RunRoot) -> None:
+    empty = root.read_stage("scores", PREDICTION_SCHEMA)
+    assert empty.num_rows == 0
+    assert empty.schema == PREDICTION_SCHEMA
+    assert root.read_stage("scores").num_columns == 0
+    assert root.shard_names("scores") == set()
+
+
+def test_resume_sees_exactly_the_finished_shards(root: RunRoot) -> None:
+    wanted = {f"shard-{k:05d}" for k in range(5)}
+    for name in sorted(wanted)[:3]:
+        root.write_table("predictions", name, predictions("m", 1))
+    done = root.shard_names("predictions")
+    assert done == {"shard-00000", "shard-00001", "shard-00002"}
+    todo = wanted - done
+    for name in sorted(todo):
+        root.write_table("predictions", name, predictions("m", 1))
+    assert root.shard_names("predictions") == wanted
+    assert root.read_stage("predictions").num_rows == 5
+    assert root.shard_names("scores") == set()
+
+
+def test_a_successful_write_leaves_no_temp_files(root: RunRoot) -> None:
+    root.write_table("predictions", "s0", predictions("m", 3))
+    root.write_json("config.json", {})
+    root.write_text("notes/a.txt", "x")
+    files = sorted(p.relative_to(root.local_path()).as_posix() for p in root.local_path().rglob("*"))
+    assert files == ["config.json", "notes", "notes/a.txt", "predictions", "predictions/s0.parquet"]
+
+
+def test_a_write_that_fails_midway_publishes_nothing(root: RunRoot) -> None:
+    good = predictions("m", 2)
+    root.write_table("predictions", "s0", good)
+    # A real failure after the temp file is open: Parquet cannot store this column type.
+    unwritable = pa.table({"x": pa.array([pa.MonthDayNano([1, 2, 3])], type=pa.month_day_nano_interval())})
+    with pytest.raises(pa.ArrowNotImplementedError):
+        root.write_table("predictions", "s1", unwritable)
+    with pytest.raises(pa.ArrowNotImplementedError):
+        root.write_table("predictions", "s0", unwritable)  # a failed rewrite keeps the old shard
+    assert root.shard_names("predictions") == {"s0"}
+    assert sorted(p.name for p in (root.local_path() / "predictions").iterdir()) == ["s0.parquet"]
+    assert root.read_stage("predictions").equals(good)
+
+
+def test_a_disk_error_after_the_bytes_are_written_publishes_nothing(
+    root: RunRoot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def disk_full(fd: int) -> None:  # injected fault: the disk fills up when the shard is flushed
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("longeval.store.os.fsync", disk_full)
+    with pytest.raises(StoreError, match="No space left"):
+        root.write_table("predictions", "s0", predictions("m", 50))
+    monkeypatch.undo()
+    assert root.shard_names("predictions") == set()
+    assert list((root.local_path() / "predictions").iterdir()) == []
+
+
+def test_shard_names_ignore_stray_temp_files(root: RunRoot) -> None:
+    root.write_table("predictions", "s0", predictions("m", 1))
+    stage = root.local_path() / "predictions"
+    (stage / ".s1.parquet.0123456789ab.tmp").write_bytes(b"half a shard")  # a crashed writer's leftover
+    (stage / ".hidden.parquet").write_bytes(b"not ours")
+    (stage / "README.txt").write_text("not a shard")
+    (stage / "sub.parquet").mkdir()  # a folder, not a shard
+    assert root.shard_names("predictions") == {"s0"}
+    assert root.read_stage("predictions").num_rows == 1
+
+
+def test_incompatible_shards_raise_store_error(root: RunRoot) -> None:
+    root.write_table("x", "a", pa.table({"v": [1, 2]}))
+    root.write_table("x", "b", pa.table({"v": ["one"]}))
+    with pytest.raises(StoreError, match="incompatible schemas"):
+        root.read_stage("x")
+
+
+def test_missing_file_and_bad_json_raise_store_error(root: RunRoot) -> None:
+    with pytest.raises(StoreError, match="does not exist"):
+        root.read_json("absent.json")
+    root.write_text("broken.json", "{not json")
+    with pytest.raises(StoreError, match="not valid JSON"):
+        root.read_json("broken.json")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions")
+def test_permission_denied_raises_store_error(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        with pytest.raises(StoreError, match="permissions"):
+            RunRoot(str(locked / "run")).write_json("config.json", {})
+    finally:
+        locked.chmod(0o700)
+
+
+def test_write_into_a_file_raises_store_error(tmp_path: Path) -> None:
+    (tmp_path / "run").write_text("i am a file")
+    with pytest.raises(StoreError, match=str(tmp_path / "run")):
+        RunRoot(str(tmp_path / "run")).write_json("config.json", {})
+
+
+@pytest.mark.parametrize(
+    "uri", ["", "   ", "s3://", "s3:///prefix", "ftp://host/x", "file://otherhost/x", "gs://bucket/run"]
+)
+def test_bad_uris_raise_store_error(uri: str) -> None:
+    with pytest.raises(StoreError, match="run root"):
+        RunRoot(uri)
+
+
+@pytest.mark.parametrize("name", ["", "../escape", "/abs", "a//b", "a/./b"])
+def test_names_cannot_escape_the_root(root: RunRoot, name: str) -> None:
+    with pytest.raises(StoreError):
+        root.write_text(name, "x")
+
+
+def test_run_root_pickles_without_its_filesystem(root: RunRoot) -> None:
+    root.write_json("a.json", [1])
+    clone = pickle.loads(pickle.dumps(root))
+    assert clone.uri == root.uri
+    assert clone.read_json("a.json") == [1]
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, None),
+        ({"AWS_ENDPOINT_URL": "http://127.0.0.1:8333"}, ("http", "127.0.0.1:8333", "AWS_ENDPOINT_URL")),
+        (
+            {"LONGEVAL_S3_ENDPOINT": "https://s3.lab:9000/", "AWS_ENDPOINT_URL": "http://x:1"},
+            ("https", "s3.lab:9000", "LONGEVAL_S3_ENDPOINT"),
+        ),
+        ({"AWS_ENDPOINT_URL_S3": "minio:9000"}, ("https", "minio:9000", "AWS_ENDPOINT_URL_S3")),
+    ],
+)
+def test_endpoint_from_env(env: dict[str, str], expected: tuple[str, str, str] | None) -> None:
+    endpoint = s3_endpoint_from_env(env)
+    got = None if endpoint is None else (endpoint.scheme, endpoint.host, endpoint.source)
+    assert got == expected
+
+
+@pytest.mark.parametrize("value", ["ftp://host:1", "http://host:1/some/path", "http://"])
+def test_bad_endpoint_raises_store_error(value: str) -> None:
+    with pytest.raises(StoreError, match="LONGEVAL_S3_ENDPOINT"):
+        s3_endpoint_from_env({"LONGEVAL_S3_ENDPOINT": value})
