@@ -133,15 +133,32 @@ def load_config(overrides: list[str] | None = None) -> Config:
             choice = item.split("=", 1)[1]
             if choice not in group_choices(group):
                 raise ConfigError(f"unknown {group} {choice!r}; choices: {', '.join(group_choices(group))}")
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="longeval_schema", node=Config)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
             raw = compose(config_name="config", overrides=overrides)
     except HydraException as exc:
-        raise ConfigError(f"bad override: {exc}".splitlines()[0]) from exc
+        raise ConfigError(_explain_override(str(exc))) from exc
     finally:
         GlobalHydra.instance().clear()
     return validate(raw)
+
+
+def _explain_override(message: str) -> str:
+    """Turn Hydra's 'Could not override' into the unknown key and the keys that exist there."""
+    first = message.splitlines()[0]
+    if first.startswith("Could not override"):
+        key = first.split("'")[1]
+        parent, _, _ = key.rpartition(".")
+        node: Any = OmegaConf.structured(Config)
+        for part in parent.split(".") if parent else []:
+            node = node.get(part) if isinstance(node, DictConfig) else None
+        known = ", ".join(sorted(node.keys())) if isinstance(node, DictConfig) else ""
+        return f"unknown config key {key!r}" + (f"; keys under {parent or 'the top level'}: {known}" if known else "")
+    return f"bad override: {first}"
 
 
 def validate(raw: DictConfig | dict) -> Config:
@@ -171,6 +188,17 @@ def _check(cfg: Config) -> None:
         raise ConfigError("suite.samples and suite.shard_size must be at least 1")
 
 
+SECRET_WORDS = ("token", "secret", "password", "credential", "api_key", "access_key")
+
+
+def redact(values: dict[str, Any]) -> dict[str, Any]:
+    """Hide values whose key names a credential: nothing secret reaches disk, logs or W&B."""
+    return {k: ("***" if any(w in k.lower() for w in SECRET_WORDS) else v) for k, v in values.items()}
+
+
 def to_yaml(cfg: Config) -> str:
-    """The resolved config as YAML, for the run root (no credentials live in the config)."""
-    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+    """The resolved config as YAML, for the run root, with credential-like engine env values hidden."""
+    node = OmegaConf.structured(cfg)
+    node.model.env = redact(dict(cfg.model.env))
+    node.model.engine_kwargs = redact(dict(cfg.model.engine_kwargs))
+    return OmegaConf.to_yaml(node)

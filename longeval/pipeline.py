@@ -50,19 +50,8 @@ class ShardGenerator:
     """
 
     def __init__(self, cfg: Config, model_path: str, root_uri: str) -> None:
-        from longeval.tasks.base import DataPaths, GenContext
-        from longeval.text.render import PromptFormat
-        from longeval.text.tokenizer import load_encoder
-
         self.root = RunRoot(root_uri)
-        fmt = PromptFormat(
-            chat_template=cfg.model.chat_template,
-            answer_prefix=cfg.model.answer_prefix,
-            system_prompt=cfg.model.system_prompt,
-            reasoning=cfg.model.reasoning,
-        )
-        data = DataPaths(**asdict(cfg.suite.data))
-        self.ctx = GenContext(encoder=load_encoder(model_path), fmt=fmt, data=data)
+        self.ctx = make_context(cfg, model_path)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list]:
         names, counts = [], []
@@ -73,6 +62,21 @@ class ShardGenerator:
             names.append(spec.name)
             counts.append(table.num_rows)
         return {"shard": names, "instances": counts}
+
+
+def make_context(cfg: Config, model_path: str):
+    """The generation context for a run: the model's tokenizer, the prompt format, the data paths."""
+    from longeval.tasks.base import DataPaths, GenContext
+    from longeval.text.render import PromptFormat
+    from longeval.text.tokenizer import load_encoder
+
+    fmt = PromptFormat(
+        chat_template=cfg.model.chat_template,
+        answer_prefix=cfg.model.answer_prefix,
+        system_prompt=cfg.model.system_prompt,
+        reasoning=cfg.model.reasoning,
+    )
+    return GenContext(encoder=load_encoder(model_path), fmt=fmt, data=DataPaths(**asdict(cfg.suite.data)))
 
 
 def _py(value):
@@ -162,11 +166,12 @@ def infer(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None
     fs, paths = root.stage_files("instances")
     ds = ray.data.read_parquet(paths, filesystem=fs, columns=["instance_id", "prompt_token_ids", "max_new_tokens",
                                                                 "target_length"])
-    ds = ds.filter(lambda row: row["instance_id"] in send)
+    wanted = pa.array(sorted(send), pa.string())
+    ds = ds.map_batches(lambda t: t.filter(pc.is_in(t["instance_id"], value_set=wanted)), batch_format="pyarrow")
     ds = ds.map_batches(
         VllmPredictor,
         fn_constructor_kwargs={"model": cfg.model, "model_path": model_path, "model_id": cfg.model.name,
-                               "max_model_len": pool.max_model_len},
+                               "max_model_len": pool.max_model_len, "root_uri": root.uri},
         batch_size=cfg.cluster.batch_size,
         compute=ray.data.ActorPoolStrategy(size=pool.replicas),
         num_gpus=pool.gpus_per_replica or None,
@@ -323,6 +328,36 @@ def init_ray(cfg: Config) -> None:
     ctx.print_on_execution_start = False
 
 
+def preflight(cfg: Config, plan: Plan, model_path: str) -> None:
+    """Generate the first instance of every task at its shortest length on the driver, before any Ray work.
+
+    Bad data files, lengths too short for a template and similar mistakes then fail in a second with
+    their own message, instead of inside a Ray actor after the cluster has spun up.
+    """
+    ctx = make_context(cfg, model_path)
+    firsts: dict[str, ShardSpec] = {}
+    for shard in sorted(plan.shards, key=lambda s: s.target_length):
+        firsts.setdefault(shard.task, shard)
+    for shard in firsts.values():
+        one = ShardSpec(shard.task, shard.target_length, shard.seed, shard.shard_index, shard.start, shard.start + 1)
+        generate_shard(ctx, one)
+
+
+def _unwrap_ray_errors(fn, *args, **kwargs):
+    """Re-raise a LongevalError that happened inside a Ray worker as itself, so the CLI prints it plainly."""
+    from longeval.errors import LongevalError
+
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        cause = exc
+        while cause is not None and not isinstance(cause, LongevalError):
+            cause = getattr(cause, "cause", None) or cause.__cause__
+        if isinstance(cause, LongevalError):
+            raise cause from exc
+        raise
+
+
 def run(cfg: Config, *, stages: Iterable[str] = STAGES, progress=None) -> RunResult:
     from longeval.models import resolve_model_path
 
@@ -331,14 +366,16 @@ def run(cfg: Config, *, stages: Iterable[str] = STAGES, progress=None) -> RunRes
     plan = make_plan(cfg)
     root = RunRoot(cfg.run_root)
     _check_same_config(cfg, root)
+    if "generate" in stages:
+        preflight(cfg, plan, model_path)
     write_provenance(cfg, root, model_path)
     if {"generate", "infer", "score"} & set(stages):
         init_ray(cfg)
     if "generate" in stages:
-        generate(cfg, plan, root, model_path, progress)
+        _unwrap_ray_errors(generate, cfg, plan, root, model_path, progress)
     if "infer" in stages:
-        infer(cfg, plan, root, model_path, progress)
-    scores = score(cfg, root) if "score" in stages else None
+        _unwrap_ray_errors(infer, cfg, plan, root, model_path, progress)
+    scores = _unwrap_ray_errors(score, cfg, root) if "score" in stages else None
     if "report" in stages:
         return report(cfg, root, scores)
     return RunResult(root=root.uri, summary=None, lengths=None, headline=None)

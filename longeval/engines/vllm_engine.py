@@ -9,12 +9,13 @@ reach this class (one over-long prompt kills a vLLM batch, ray #59194): the pipe
 from __future__ import annotations
 
 import os
+import socket
 import time
 from typing import Any
 
 import numpy as np
 
-from longeval.config import ModelConfig
+from longeval.config import ModelConfig, redact
 
 
 def engine_kwargs(model: ModelConfig, model_path: str, max_model_len: int) -> dict[str, Any]:
@@ -41,14 +42,26 @@ def engine_kwargs(model: ModelConfig, model_path: str, max_model_len: int) -> di
 class VllmPredictor:
     """A Ray Data `map_batches` callable: instances in, prediction rows out."""
 
-    def __init__(self, model: ModelConfig, model_path: str, model_id: str, max_model_len: int) -> None:
+    def __init__(
+        self, model: ModelConfig, model_path: str, model_id: str, max_model_len: int, root_uri: str | None = None
+    ) -> None:
         for key, value in model.env.items():
             os.environ.setdefault(key, str(value))
         import vllm
 
         self.vllm = vllm
         self.model_id = model_id
-        self.llm = vllm.LLM(**engine_kwargs(model, model_path, max_model_len))
+        kwargs = engine_kwargs(model, model_path, max_model_len)
+        started = time.perf_counter()
+        self.llm = vllm.LLM(**kwargs)
+        if root_uri:  # which engine settings produced the predictions, and how long the engine took to start
+            from longeval.store import RunRoot
+
+            record = {"engine_start_s": round(time.perf_counter() - started, 2), "vllm": vllm.__version__,
+                      "host": socket.gethostname(), "pid": os.getpid(), "kwargs": redact(kwargs),
+                      "env": redact({k: os.environ.get(k) for k in model.env})}
+            RunRoot(root_uri).write_json(f"engines/{socket.gethostname()}-{os.getpid()}-{int(time.time())}.json",
+                                         record)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list]:
         vllm = self.vllm

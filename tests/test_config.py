@@ -1,0 +1,69 @@
+"""Config composition and validation: everything wrong fails before any work, naming the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from longeval.config import group_choices, load_config, to_yaml
+from longeval.errors import ConfigError, UnknownTaskError
+
+
+def test_defaults_compose_to_the_embedded_quick_run():
+    cfg = load_config()
+    assert cfg.model.path == "packaged:smollm2"
+    assert cfg.suite.name == "quick" and cfg.suite.lengths == [1024, 2048, 4096]
+    assert len(cfg.suite.tasks) == 11 and "qa_1" not in cfg.suite.tasks
+    assert cfg.run_root == "runs/smollm2-135m-instruct-quick-seed42"
+
+
+def test_ruler_suite_is_the_papers_configuration():
+    cfg = load_config(["suite=ruler"])
+    assert len(cfg.suite.tasks) == 13
+    assert cfg.suite.lengths == [4096, 8192, 16384, 32768, 65536, 131072]
+    assert cfg.suite.samples == 500 and cfg.suite.effective_threshold == 85.6
+
+
+def test_overrides_reach_every_group():
+    cfg = load_config(["model=llama31_8b", "suite=ruler", "suite.lengths=[4096,131072]", "run_name=x",
+                       "store.root=s3://bucket/runs", "model.answer_prefix=false"])
+    assert cfg.model.max_model_len == 131072 and not cfg.model.answer_prefix
+    assert cfg.suite.lengths == [4096, 131072]
+    assert cfg.run_root == "s3://bucket/runs/x"
+
+
+@pytest.mark.parametrize("group", ["model", "suite", "cluster", "store", "tracking"])
+def test_every_group_has_choices(group):
+    assert group_choices(group)
+
+
+def test_gpu_presets_follow_the_models_real_configs():
+    qwen = load_config(["model=qwen25_7b_1m"]).model
+    assert qwen.max_model_len == 1010000 and qwen.max_num_batched_tokens == 131072 and qwen.max_num_seqs == 1
+    assert qwen.tensor_parallel_size == 8 and qwen.env["VLLM_ATTENTION_BACKEND"] == "DUAL_CHUNK_FLASH_ATTN"
+    assert load_config(["model=llama33_70b_tp4"]).model.tensor_parallel_size == 4
+    assert load_config(["model=llama33_70b_tp8"]).model.tensor_parallel_size == 8
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error", "words"),
+    [
+        (["suite.tasks=[nope]"], UnknownTaskError, ["unknown task 'nope'", "ruler/niah_single_1"]),
+        (["model=gpt5"], ConfigError, ["unknown model 'gpt5'", "smollm2_cpu"]),
+        (["suite.sampels=3"], ConfigError, ["unknown config key 'suite.sampels'", "samples"]),
+        (["model.max_model_len=big"], ConfigError, ["model.max_model_len"]),
+        (["suite.lengths=[]"], ConfigError, ["suite.lengths is empty"]),
+        (["suite.shard_size=0"], ConfigError, ["shard_size"]),
+    ],
+)
+def test_bad_config_names_the_problem(overrides, error, words):
+    with pytest.raises(error) as info:
+        load_config(overrides)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_saved_config_hides_credentials():
+    cfg = load_config(["+model.env.HF_TOKEN=hf_secret_value", "+model.env.VLLM_LOGGING_LEVEL=INFO"])
+    text = to_yaml(cfg)
+    assert "hf_secret_value" not in text and "HF_TOKEN: '***'" in text
+    assert "VLLM_LOGGING_LEVEL: INFO" in text

@@ -1,0 +1,156 @@
+"""End to end on real parts: local Ray, the vLLM engine on CPU, the tiny random model and SmolLM2.
+
+Each engine start costs about a minute on two cores, so the module runs a handful of small runs and
+checks everything about each.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from longeval.config import load_config
+from longeval.pipeline import run
+from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
+from longeval.store import RunRoot
+
+pytestmark = pytest.mark.engine
+
+TINY = ["model=tiny_random", "suite.tasks=[niah_single_1,niah_multikey_2,vt,fwe]", "suite.lengths=[1024,2048]",
+        "suite.samples=3", "suite.shard_size=2", "cluster.batch_size=4"]
+
+
+def _cfg(root: Path, *extra: str):
+    return load_config([*TINY, f"store.root={root}", *extra])
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, tiny_model_path):
+    root = tmp_path_factory.mktemp("runs")
+    cfg = _cfg(root, "run_name=full")
+    result = run(cfg)
+    return cfg, result
+
+
+def test_every_stage_is_written_and_consistent(tiny_run):
+    cfg, result = tiny_run
+    root = RunRoot(cfg.run_root)
+    instances = root.read_stage("instances", INSTANCE_SCHEMA)
+    preds = root.read_stage("predictions", PREDICTION_SCHEMA)
+    scores = root.read_stage("scores", SCORE_SCHEMA)
+    expected = 4 * 2 * 3
+    assert instances.num_rows == expected
+    assert len(set(instances["instance_id"].to_pylist())) == expected
+    assert sorted(preds["instance_id"].to_pylist()) == sorted(instances["instance_id"].to_pylist())
+    assert sorted(scores["instance_id"].to_pylist()) == sorted(instances["instance_id"].to_pylist())
+    # 3 samples in shards of 2: two shards per task and length
+    assert len(root.shard_names("instances")) == 4 * 2 * 2
+    # greedy decoding within each instance's budget
+    for row in preds.to_pylist():
+        assert row["error"] == ""
+        assert 0 < row["output_tokens"] <= 128
+    # summaries: one row per task x length, n = samples
+    summary = result.summary.to_pylist()
+    assert len(summary) == 8 and all(r["n"] == 3 for r in summary)
+    assert {r["target_length"] for r in result.lengths.to_pylist()} == {1024, 2048}
+    for name in ("summary/tasks.csv", "summary/lengths.csv", "summary/headline.csv", "summary.json",
+                 "config.yaml", "versions.json"):
+        assert root.exists(name), name
+    versions = root.read_json("versions.json")
+    assert versions["vllm"] != "not installed" and versions["tokenizer_fingerprint"]
+    assert versions["essay_corpus"]["name"] == "pydoc_data.topics"
+
+
+def test_rerun_skips_everything_done(tiny_run):
+    cfg, first = tiny_run
+    root = RunRoot(cfg.run_root)
+    before = {p.name: p.stat().st_mtime_ns for p in Path(cfg.run_root, "predictions").iterdir()}
+    started = time.perf_counter()
+    again = run(cfg)
+    assert time.perf_counter() - started < 60  # no engine start: nothing left to infer
+    after = {p.name: p.stat().st_mtime_ns for p in Path(cfg.run_root, "predictions").iterdir()}
+    assert before == after
+    assert again.summary.equals(first.summary)
+    assert root.read_stage("predictions", PREDICTION_SCHEMA).num_rows == 4 * 2 * 3
+
+
+def test_prompts_over_max_model_len_are_recorded_not_sent(tmp_path, tiny_model_path):
+    cfg = load_config([*TINY, f"store.root={tmp_path}", "suite.tasks=[niah_single_1]", "suite.lengths=[2048]",
+                       "model.max_model_len=1024"])
+    result = run(cfg, stages=("generate", "infer", "score", "report"))
+    preds = RunRoot(cfg.run_root).read_stage("predictions", PREDICTION_SCHEMA).to_pylist()
+    assert len(preds) == 3
+    assert all(p["error"].startswith("prompt_too_long") for p in preds)
+    row = result.summary.to_pylist()[0]
+    assert row["too_long"] == 3 and row["score"] == 0
+
+
+def test_interrupted_run_resumes_to_the_same_summary(tmp_path, tiny_run):
+    """Kill a real `longeval run` once some predictions are written; the rerun completes it exactly."""
+    cfg_full, full = tiny_run
+    args = [*TINY, f"store.root={tmp_path}", "run_name=interrupted", "cluster.batch_size=1"]
+    cmd = [sys.executable, "-m", "longeval.cli", "run", *args]
+    env = dict(os.environ)
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    preds_dir = tmp_path / "interrupted" / "predictions"
+    deadline = time.time() + 400
+    while time.time() < deadline and proc.poll() is None:
+        if preds_dir.is_dir() and len(list(preds_dir.glob("*.parquet"))) >= 3:
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, "the run finished before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    written = len(list(preds_dir.glob("*.parquet")))
+    assert 3 <= written < 24
+    cfg = load_config(args)
+    resumed = run(cfg)
+    preds = RunRoot(cfg.run_root).read_stage("predictions", PREDICTION_SCHEMA)
+    ids = preds["instance_id"].to_pylist()
+    assert len(ids) == len(set(ids)) == 24  # no duplicate, none missing
+    assert resumed.summary.equals(full.summary)
+    # and the outputs themselves are identical to the uninterrupted run (greedy decoding)
+    full_preds = RunRoot(cfg_full.run_root).read_stage("predictions", PREDICTION_SCHEMA)
+    by_id = dict(zip(full_preds["instance_id"].to_pylist(), full_preds["output"].to_pylist(), strict=True))
+    assert all(by_id[i] == o for i, o in zip(ids, preds["output"].to_pylist(), strict=True))
+
+
+def test_same_config_gives_byte_identical_instances(tmp_path, tiny_run):
+    cfg_full, _ = tiny_run
+    cfg = _cfg(tmp_path, "run_name=again", "cluster.generate_parallelism=1", "suite.shard_size=3")
+    run(cfg, stages=("generate",))
+    ours = RunRoot(cfg.run_root).read_stage("instances", INSTANCE_SCHEMA).sort_by("instance_id")
+    theirs = RunRoot(cfg_full.run_root).read_stage("instances", INSTANCE_SCHEMA).sort_by("instance_id")
+    cols = [c for c in INSTANCE_SCHEMA.names if c != "shard_index"]  # sharding differs on purpose
+    assert ours.select(cols).equals(theirs.select(cols))
+
+
+def test_smollm2_finds_a_single_needle(tmp_path, smollm2_path):
+    """One small real run: SmolLM2-135M-Instruct retrieves some needles from 1K-token noise."""
+    cfg = load_config([f"store.root={tmp_path}", "suite.tasks=[niah_single_1]", "suite.lengths=[1024]",
+                       "suite.samples=6", "suite.shard_size=6", "cluster.batch_size=6"])
+    result = run(cfg)
+    row = result.summary.to_pylist()[0]
+    assert row["n"] == 6
+    assert row["score"] > 0
+    scores = pq.read_table(Path(cfg.run_root) / "scores" / "scores.parquet").to_pylist()
+    assert all(s["error_type"] in ("", "null") for s in scores)
+
+
+def test_stage_commands_run_alone(tmp_path, tiny_run):
+    cfg_full, full = tiny_run
+    copy = tmp_path / "copy"
+    shutil.copytree(cfg_full.run_root, copy)
+    shutil.rmtree(copy / "summary")
+    cfg = load_config([*TINY, f"store.root={tmp_path}", "run_name=copy"])
+    result = run(cfg, stages=("report",))
+    assert result.summary.equals(full.summary)

@@ -1,0 +1,32 @@
+"""Planning: shards cover every instance exactly once; nothing runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from longeval.config import load_config
+from longeval.errors import ConfigError
+from longeval.plan import make_plan
+
+
+def test_shards_cover_every_instance_once():
+    cfg = load_config(["suite.tasks=[niah_single_1,vt]", "suite.lengths=[1024,4096]", "suite.samples=7",
+                       "suite.shard_size=3"])
+    plan = make_plan(cfg)
+    assert plan.instances == 2 * 2 * 7
+    assert len(plan.shards) == 2 * 2 * 3
+    covered = {(s.task, s.target_length, i) for s in plan.shards for i in range(s.start, s.stop)}
+    assert len(covered) == plan.instances
+    assert len({s.name for s in plan.shards}) == len(plan.shards)
+
+
+def test_pool_caps_max_model_len_at_the_models_limit():
+    plan = make_plan(load_config(["suite.lengths=[1024,16384]"]))
+    assert plan.pools[0].max_model_len == 8192
+    plan = make_plan(load_config(["suite.lengths=[1024,2048]"]))
+    assert plan.pools[0].max_model_len == 2048
+
+
+def test_qa_without_data_is_refused_at_plan_time():
+    with pytest.raises(ConfigError, match="suite.data.hotpotqa_path"):
+        make_plan(load_config(["suite.tasks=[qa_2]"]))
