@@ -7,7 +7,6 @@ finished instance shards, instances that already have a prediction, and so on.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -159,13 +158,15 @@ def infer(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None
             for i, n in zip(too_long["instance_id"].to_pylist(), total.filter(
                 pc.greater(total, pool.max_model_len)).to_pylist(), strict=True)
         ]
-        _write_predictions(root, pa.Table.from_pylist(rows, schema=PREDICTION_SCHEMA))
+        root.write_part("predictions", pa.Table.from_pylist(rows, schema=PREDICTION_SCHEMA))
     send = set(todo.filter(pc.less_equal(total, pool.max_model_len))["instance_id"].to_pylist())
     if not send:
         return too_long.num_rows
     fs, paths = root.stage_files("instances")
-    ds = ray.data.read_parquet(paths, filesystem=fs, columns=["instance_id", "prompt_token_ids", "max_new_tokens",
-                                                                "target_length"])
+    # One block per instance shard: Ray Data hands the engine small bundles and returns their outputs as they
+    # finish, so predictions are written batch by batch and a crash loses only what is in flight.
+    ds = ray.data.read_parquet(paths, filesystem=fs, override_num_blocks=len(paths),
+                               columns=["instance_id", "prompt_token_ids", "max_new_tokens", "target_length"])
     wanted = pa.array(sorted(send), pa.string())
     ds = ds.map_batches(lambda t: t.filter(pc.is_in(t["instance_id"], value_set=wanted)), batch_format="pyarrow")
     ds = ds.map_batches(
@@ -178,17 +179,10 @@ def infer(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None
         num_cpus=1,
     )
     task_id = progress.add_task("infer", total=len(send)) if progress else None
-    for batch in ds.iter_batches(batch_size=cfg.cluster.batch_size, batch_format="pyarrow"):
-        _write_predictions(root, batch.select(PREDICTION_SCHEMA.names).cast(PREDICTION_SCHEMA))
+    for batch in ds.iter_batches(batch_size=cfg.cluster.batch_size, batch_format="pyarrow"):  # written by the actors
         if progress:
             progress.advance(task_id, batch.num_rows)
     return len(send) + too_long.num_rows
-
-
-def _write_predictions(root: RunRoot, table: pa.Table) -> None:
-    ids = "".join(sorted(table["instance_id"].to_pylist()))
-    name = "part-" + hashlib.sha256(ids.encode()).hexdigest()[:16]
-    root.write_table("predictions", name, table)
 
 
 # -- score ------------------------------------------------------------------------------------------
@@ -277,6 +271,7 @@ def report(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> RunRes
 
 def write_provenance(cfg: Config, root: RunRoot, model_path: str) -> None:
     """The resolved config and every version and fingerprint needed to reproduce a number."""
+    from longeval.tasks.base import DataPaths, data_fingerprint
     from longeval.tasks.ruler.templates import TEMPLATES_FINGERPRINT
     from longeval.text.corpus import load_essays
     from longeval.text.tokenizer import chat_template_fingerprint, load_tokenizer, tokenizer_fingerprint
@@ -291,6 +286,7 @@ def write_provenance(cfg: Config, root: RunRoot, model_path: str) -> None:
         "chat_template_fingerprint": chat_template_fingerprint(tokenizer),
         "ruler_templates_fingerprint": TEMPLATES_FINGERPRINT,
         "essay_corpus": {"name": corpus.name, "fingerprint": corpus.fingerprint, "words": corpus.words},
+        "data_fingerprint": data_fingerprint(DataPaths(**asdict(cfg.suite.data))),
         "model_path": model_path,
     }
     root.write_text("config.yaml", to_yaml(cfg))
@@ -390,12 +386,22 @@ def _check_same_config(cfg: Config, root: RunRoot) -> None:
     from omegaconf import OmegaConf
 
     old = OmegaConf.create(root.read_text("config.yaml"))
-    for key in ("model.path", "model.chat_template", "model.answer_prefix", "model.reasoning", "suite.seed"):
+    for key in ("model.path", "model.chat_template", "model.answer_prefix", "model.reasoning", "model.system_prompt",
+                "suite.seed", "suite.data.essay_dir", "suite.data.squad_path", "suite.data.hotpotqa_path"):
         was, now = OmegaConf.select(old, key), OmegaConf.select(OmegaConf.structured(cfg), key)
         if was != now:
             raise ConfigError(
                 f"run root {root.uri} was made with {key}={was!r}, not {now!r}; use another run_name=... "
                 "or store.root=..., or delete that run root to start over"
+            )
+    if root.exists("versions.json"):
+        from longeval.tasks.base import DataPaths, data_fingerprint
+
+        was = root.read_json("versions.json").get("data_fingerprint")
+        if was and was != data_fingerprint(DataPaths(**asdict(cfg.suite.data))):
+            raise ConfigError(
+                f"the data files behind run root {root.uri} changed since it was made (essay corpus or QA files); "
+                "use another run_name=... to evaluate the new data, or delete that run root"
             )
 
 

@@ -15,6 +15,7 @@ worker.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -232,6 +233,13 @@ class RunRoot:
                 f"shards of stage {stage!r} under {self._uri} have incompatible schemas ({exc}); "
                 "were they written by different longeval versions? Use a fresh run root or delete the stage"
             ) from exc
+
+    def write_part(self, stage: str, table: pa.Table, *, key: str = "instance_id") -> str:
+        """Write a table of rows as a part named by the hash of its keys (the same rows, the same name)."""
+        ids = "\n".join(sorted(str(v) for v in table[key].to_pylist()))
+        name = "part-" + hashlib.sha256(ids.encode("utf-8")).hexdigest()[:16]
+        self.write_table(stage, name, table)
+        return name
 
     def stage_files(self, stage: str) -> tuple[pafs.FileSystem, list[str]]:
         """The filesystem and full paths of a stage's finished shards, for `ray.data.read_parquet`."""

@@ -16,27 +16,55 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 _SCRATCH_PARENT = REPO / ".cache" / "tmp"
-_STALE_AFTER_S = 24 * 3600
+_OWNER_FILE = ".owner-pid"
+_STALE_AFTER_S = 3600
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return pid > 0
+
+
+def _prune_old_sessions() -> None:
+    """Remove scratch folders of finished sessions older than an hour; keep recent ones for debugging."""
+    for old in _SCRATCH_PARENT.glob("session-*"):
+        try:
+            if time.time() - old.stat().st_mtime < _STALE_AFTER_S:
+                continue
+            owner = old / _OWNER_FILE
+            if owner.is_file() and _pid_alive(int(owner.read_text() or 0)):
+                continue
+        except (OSError, ValueError):
+            continue
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _scratch_tmpdir() -> Path:
-    """A fresh temp folder per session: vLLM leaves ZMQ socket files in the temp dir, so keep them here.
+    """A temp folder per session: vLLM leaves ZMQ socket files in the temp dir, so keep them here.
 
-    Folders of earlier sessions older than a day are removed; recent ones may belong to a parallel run.
+    Subprocesses (vLLM's spawned engine, Ray workers, nested pytest) inherit TMPDIR and reuse the folder
+    instead of making their own.
     """
+    inherited = Path(os.environ.get("TMPDIR", "/nonexistent"))
+    if inherited.parent == _SCRATCH_PARENT and inherited.is_dir():
+        return inherited
     _SCRATCH_PARENT.mkdir(parents=True, exist_ok=True)
-    for old in _SCRATCH_PARENT.glob("session-*"):
-        try:
-            if time.time() - old.stat().st_mtime > _STALE_AFTER_S:
-                shutil.rmtree(old, ignore_errors=True)
-        except OSError:
-            pass
-    return Path(tempfile.mkdtemp(prefix="session-", dir=_SCRATCH_PARENT))
+    _prune_old_sessions()
+    scratch = Path(tempfile.mkdtemp(prefix="session-", dir=_SCRATCH_PARENT))
+    (scratch / _OWNER_FILE).write_text(str(os.getpid()))
+    return scratch
 
 
 os.environ["TMPDIR"] = str(_scratch_tmpdir())
 tempfile.tempdir = None  # forget any temp dir computed before TMPDIR was set
 os.environ.setdefault("LONGEVAL_CACHE", str(REPO / ".cache"))
+# torch.compile caches default to the temp dir; keep them across sessions so warm-ups are paid once.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(REPO / ".cache" / "torchinductor"))
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"

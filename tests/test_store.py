@@ -232,3 +232,13 @@ def test_endpoint_from_env(env: dict[str, str], expected: tuple[str, str, str] |
 def test_bad_endpoint_raises_store_error(value: str) -> None:
     with pytest.raises(StoreError, match="LONGEVAL_S3_ENDPOINT"):
         s3_endpoint_from_env({"LONGEVAL_S3_ENDPOINT": value})
+
+
+def test_write_part_names_parts_by_their_rows(tmp_path):
+    root = RunRoot(str(tmp_path / "run"))
+    table = pa.table({"instance_id": ["b", "a"], "x": [1, 2]})
+    name = root.write_part("predictions", table)
+    assert name.startswith("part-")
+    assert root.write_part("predictions", table.take([1, 0])) == name  # same rows, same part
+    assert root.write_part("predictions", table.slice(0, 1)) != name
+    assert len(root.shard_names("predictions")) == 2

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from longeval.config import ModelConfig, redact
 
@@ -51,16 +52,19 @@ class VllmPredictor:
 
         self.vllm = vllm
         self.model_id = model_id
+        self.root = None
         kwargs = engine_kwargs(model, model_path, max_model_len)
         started = time.perf_counter()
         self.llm = vllm.LLM(**kwargs)
-        if root_uri:  # which engine settings produced the predictions, and how long the engine took to start
+        if root_uri:
             from longeval.store import RunRoot
 
+            self.root = RunRoot(root_uri)
+        if self.root is not None:  # which engine settings produced the predictions, and the engine start time
             record = {"engine_start_s": round(time.perf_counter() - started, 2), "vllm": vllm.__version__,
                       "host": socket.gethostname(), "pid": os.getpid(), "kwargs": redact(kwargs),
                       "env": redact({k: os.environ.get(k) for k in model.env})}
-            RunRoot(root_uri).write_json(f"engines/{socket.gethostname()}-{os.getpid()}-{int(time.time())}.json",
+            self.root.write_json(f"engines/{socket.gethostname()}-{os.getpid()}-{int(time.time())}.json",
                                          record)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list]:
@@ -86,4 +90,10 @@ class VllmPredictor:
             rows["cached_prompt_tokens"].append(int(getattr(out, "num_cached_tokens", 0) or 0) if out else 0)
             rows["latency_s"].append(elapsed)
             rows["error"].append(err)
+        if self.root is not None:
+            # Written here, not by the driver: Ray Data may hold outputs back, and a crash must lose only
+            # the batch in flight.
+            from longeval.records import PREDICTION_SCHEMA
+
+            self.root.write_part("predictions", pa.Table.from_pydict(rows, schema=PREDICTION_SCHEMA))
         return rows

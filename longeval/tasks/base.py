@@ -16,7 +16,7 @@ import numpy as np
 
 from longeval.errors import LengthError
 from longeval.records import Instance, content_id
-from longeval.text.pieces import Piece, strip_head
+from longeval.text.pieces import Piece, assemble, open_context
 from longeval.text.render import Frame, PromptFormat, render_frame
 from longeval.text.tokenizer import Encoder
 
@@ -46,8 +46,20 @@ class GenContext:
             self.cache[key] = build()
         return self.cache[key]
 
+    @property
+    def data_id(self) -> str:
+        """A fingerprint of the data behind the instances: the essay corpus and the QA files' bytes."""
+        return self.cached(("data_id",), lambda: data_fingerprint(self.data))
+
     def frame(self, user_text: str, answer_prefix: str) -> Frame:
         return render_frame(self.encoder, self.fmt, user_text, answer_prefix)
+
+
+def draft(frame: Frame, context: Piece, references: list[str], **fields: Any) -> Draft:
+    """A Draft from the frame and the finished context."""
+    prompt, ids = assemble(frame, context)
+    return Draft(prompt=prompt, prompt_token_ids=ids, answer_prefix=frame.answer_prefix, references=references,
+                 **fields)
 
 
 @dataclass(frozen=True)
@@ -62,6 +74,18 @@ class Draft:
     complexity: str = ""
     context_id: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+def data_fingerprint(data: DataPaths) -> str:
+    from pathlib import Path
+
+    from longeval.text.corpus import load_essays
+
+    h = hashlib.sha256(load_essays(data.essay_dir).fingerprint.encode())
+    for path in (data.squad_path, data.hotpotqa_path):
+        file = Path(path).expanduser() if path else None
+        h.update(hashlib.sha256(file.read_bytes()).digest() if file and file.is_file() else b"-")
+    return h.hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -98,7 +122,7 @@ def context_budget(frame: Frame, target_length: int, max_new_tokens: int) -> int
     return budget
 
 
-def fit_context(encoder: Encoder, budget: int, build: Callable[[int], Piece]) -> Piece:
+def fit_context(encoder: Encoder, frame: Frame, budget: int, build: Callable[[int], Piece]) -> Piece:
     """Build a context of at most `budget` tokens, allowing for the re-encoded first word.
 
     `build(b)` assembles a context for a haystack budget `b`; removing the leading space can change
@@ -106,7 +130,7 @@ def fit_context(encoder: Encoder, budget: int, build: Callable[[int], Piece]) ->
     """
     target = budget
     for _ in range(4):
-        context = strip_head(encoder, build(target))
+        context = open_context(encoder, frame, build(target))
         if len(context) <= budget:
             return context
         target -= len(context) - budget
@@ -131,7 +155,8 @@ def make_instance(
     meta = dict(draft.meta)
     meta.update(params=asdict(spec.params), reasoning=ctx.fmt.reasoning, prompt_format=asdict(ctx.fmt))
     return Instance(
-        instance_id=content_id(spec.key, target_length, seed, index, ctx.encoder.fingerprint, asdict(ctx.fmt)),
+        instance_id=content_id(spec.key, asdict(spec.params), GENERATOR_VERSION, target_length, seed, index,
+                               ctx.encoder.fingerprint, asdict(ctx.fmt), ctx.data_id),
         family=spec.family,
         task=spec.name,
         context_id=draft.context_id or content_id(spec.key, target_length, seed, index, "context"),

@@ -62,7 +62,7 @@ def load_essays(essay_dir: str | None = None) -> Corpus:
     files = sorted(folder.glob("**/*.txt")) if folder.is_dir() else []
     if not files:
         raise DataFileError(
-            f"essay folder {essay_dir!r} has no .txt files; point suite.essay_dir at a folder of plain-text "
+            f"essay folder {essay_dir!r} has no .txt files; point suite.data.essay_dir at a folder of plain-text "
             "essays (e.g. Paul Graham's essays as RULER uses), or remove it to use the pinned default corpus"
         )
     return _make(str(folder), [f.read_text(encoding="utf-8", errors="replace") for f in files])

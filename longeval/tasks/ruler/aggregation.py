@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from longeval.errors import LengthError
-from longeval.tasks.base import Draft, GenContext, context_budget
+from longeval.tasks.base import Draft, GenContext, context_budget, draft
 from longeval.tasks.ruler.templates import fill
 from longeval.text import words
-from longeval.text.pieces import Piece, close_gap, ragged_take, strip_head
+from longeval.text.pieces import Piece, close_gap, open_context, ragged_take
 from longeval.text.tokenizer import Encoder
 
 
@@ -64,6 +64,27 @@ def _cwe_example(params: CweParams, target_length: int, pool: list[str], rng) ->
     return user.replace("{context}", context) + prefix + " " + answer
 
 
+def _extend_pool(ctx: GenContext, pool: list[str], budget: int, freq_ucw: int, rng) -> list[str]:
+    """Beyond ~200K tokens the 8K-word vocabulary runs out of uncommon words: add adjective-noun pairs.
+
+    RULER's word list has the same limit; compound words keep every uncommon word distinct.
+    """
+    per_word = freq_ucw * 5  # a lower bound on tokens per uncommon word: (number + word) x its frequency
+    need = budget // per_word + 64 - len(pool)
+    if need <= 0:
+        return pool
+    adjectives, nouns = words.adjectives(), words.nouns()
+    seen = set(pool)
+    extra: list[str] = []
+    while len(extra) < need:
+        for a, n in zip(rng.integers(len(adjectives), size=need), rng.integers(len(nouns), size=need), strict=True):
+            word = f"{adjectives[a]}-{nouns[n]}"
+            if word not in seen:
+                seen.add(word)
+                extra.append(word)
+    return pool + extra[:need]
+
+
 def generate_cwe(
     ctx: GenContext, params: CweParams, *, target_length: int, max_new_tokens: int,
     rng: np.random.Generator, index: int,
@@ -78,10 +99,13 @@ def generate_cwe(
     freq_cw, freq_ucw = (6, 1) if short else (params.freq_cw, params.freq_ucw)
     user, prefix = fill("common_words_extraction")
     frame = ctx.frame(example + user, prefix)
-    budget = context_budget(frame, target_length, max_new_tokens)
+    # Two tokens of margin: the first entry loses its leading space, which can change its count by one.
+    budget = context_budget(frame, target_length, max_new_tokens) - 2
+    pool = _extend_pool(ctx, pool, budget, freq_ucw, rng)
 
     common, candidates = pool[: params.num_cw], pool[params.num_cw :]
-    word_ids = ctx.encoder.encode_many([" " + w for w in pool])
+    word_ids = ctx.encoder.encode_many([" " + w for w in pool[: len(vocab)]])
+    word_ids += ctx.encoder.encode_many([" " + w for w in pool[len(vocab) :]], cache=False)
     word_len = np.array([len(ids) for ids in word_ids])
     common_tokens = freq_cw * int(word_len[: params.num_cw].sum())
     n_common_items = params.num_cw * freq_cw
@@ -101,9 +125,7 @@ def generate_cwe(
         )
     lo, hi = 0, len(candidates)
     if total(hi) <= budget:
-        raise LengthError(
-            f"cwe at {target_length}: the word list ({len(vocab)} words) cannot fill {budget} tokens"
-        )
+        raise LengthError(f"cwe at {target_length}: the word list ({len(pool)} words) cannot fill {budget} tokens")
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if total(mid) <= budget else (lo, mid)
@@ -117,12 +139,9 @@ def generate_cwe(
     order = np.array([index_of[w] for w in items])
     ids = np.concatenate([a for i in range(len(items)) for a in (numbers[i], word_ids[order[i]])])
     text = "".join(f" {i + 1}. {w}" for i, w in enumerate(items))
-    context = strip_head(ctx.encoder, Piece(text, ids))
-    return Draft(
-        prompt=frame.head + context.text + frame.tail,
-        prompt_token_ids=np.concatenate([frame.head_ids, context.ids, frame.tail_ids]),
-        answer_prefix=frame.answer_prefix,
-        references=list(common),
+    context = open_context(ctx.encoder, frame, Piece(text, ids))
+    return draft(
+        frame, context, list(common),
         complexity=f"cw{params.num_cw}-f{freq_cw}-u{freq_ucw}",
         meta={"num_ucw": len(uncommon), "freq_cw": freq_cw, "freq_ucw": freq_ucw},
     )
@@ -136,11 +155,13 @@ def zeta(alpha: float, terms: int = 100_000) -> float:
 
 
 def _coded_vocab(params: FweParams, size: int, rng: np.random.Generator) -> list[str]:
+    """`size` distinct random lowercase words, drawn in one call, in a seeded random order."""
     letters = np.array(list(string.ascii_lowercase))
-    vocab: set[str] = set()
+    vocab: dict[str, None] = {}
     while len(vocab) < size:
-        vocab.add("".join(rng.choice(letters, size=params.coded_wordlen)))
-    ordered = sorted(vocab)
+        codes = letters[rng.integers(0, 26, size=(2 * (size - len(vocab)) + 8, params.coded_wordlen))]
+        vocab.update(dict.fromkeys("".join(row) for row in codes))
+    ordered = sorted(list(vocab)[:size])
     return [ordered[i] for i in rng.permutation(len(ordered))]
 
 
@@ -153,7 +174,7 @@ def generate_fwe(
     budget = context_budget(frame, target_length, max_new_tokens)
     size = max(100, target_length // params.vocab_per_tokens)
     vocab = [params.noise_word] + _coded_vocab(params, size, rng)
-    word_ids = ctx.encoder.encode_many([" " + w for w in vocab])
+    word_ids = ctx.encoder.encode_many([" " + w for w in vocab], cache=False)
     word_len = np.array([len(ids) for ids in word_ids])
     rank = np.arange(1, len(vocab) + 1, dtype=np.float64)
     share = rank ** -params.alpha / zeta(params.alpha)
@@ -177,16 +198,15 @@ def generate_fwe(
             cnt[i] = 1
             gap -= int(word_len[i])
     if len(cnt) < 5 or not cnt[3] > cnt[4]:
-        raise LengthError(f"fwe at {target_length}: too few words for a distinct top three")
+        raise LengthError(
+            f"fwe at {target_length}: too few words for a distinct top three; use a larger suite.lengths value"
+        )
     occurrences = np.repeat(np.arange(len(vocab)), cnt)
     occurrences = occurrences[rng.permutation(len(occurrences))]
-    text = "".join(" " + vocab[i] for i in occurrences)
-    context = strip_head(ctx.encoder, Piece(text, ragged_take(word_ids, occurrences)))
-    return Draft(
-        prompt=frame.head + context.text + frame.tail,
-        prompt_token_ids=np.concatenate([frame.head_ids, context.ids, frame.tail_ids]),
-        answer_prefix=frame.answer_prefix,
-        references=vocab[1:4],
+    text = " " + " ".join(np.asarray(vocab, dtype=object)[occurrences].tolist())
+    context = open_context(ctx.encoder, frame, Piece(text, ragged_take(word_ids, occurrences)))
+    return draft(
+        frame, context, vocab[1:4],
         complexity=f"alpha{params.alpha}",
         meta={"num_words": int(cnt.sum()), "top_counts": [int(c) for c in cnt[:5]]},
     )

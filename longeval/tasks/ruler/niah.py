@@ -15,7 +15,7 @@ from typing import Literal
 
 import numpy as np
 
-from longeval.tasks.base import Draft, GenContext, context_budget, fit_context
+from longeval.tasks.base import Draft, GenContext, context_budget, draft, fit_context
 from longeval.tasks.ruler.templates import fill
 from longeval.text import words
 from longeval.text.corpus import load_essays, noise_sentences
@@ -43,22 +43,25 @@ class NiahParams:
     """Keys asked for at once (MQ-NIAH)."""
 
 
-def _draw(kind: Kind, rng: np.random.Generator) -> str:
+def _draw_many(kind: Kind, rng: np.random.Generator, n: int) -> list[str]:
+    """n random keys or values of a kind, drawn in one vectorised call."""
     if kind == "numbers":
-        return str(int(rng.integers(10**6, 10**7)))
+        return [str(x) for x in rng.integers(10**6, 10**7, size=n)]
     if kind == "uuids":
-        return str(uuid.UUID(int=int.from_bytes(rng.bytes(16), "big"), version=4))
+        raw = rng.bytes(16 * n)
+        return [str(uuid.UUID(bytes=raw[16 * i : 16 * i + 16], version=4)) for i in range(n)]
     adjectives, nouns = words.adjectives(), words.nouns()
-    return f"{adjectives[rng.integers(len(adjectives))]}-{nouns[rng.integers(len(nouns))]}"
+    a, b = rng.integers(len(adjectives), size=n), rng.integers(len(nouns), size=n)
+    return [f"{adjectives[i]}-{nouns[j]}" for i, j in zip(a, b, strict=True)]
 
 
 def _draw_unique(kind: Kind, rng: np.random.Generator, n: int, taken: set[str]) -> list[str]:
     out: list[str] = []
     while len(out) < n:
-        item = _draw(kind, rng)
-        if item not in taken:
-            taken.add(item)
-            out.append(item)
+        for item in _draw_many(kind, rng, n - len(out)):
+            if item not in taken:
+                taken.add(item)
+                out.append(item)
     return out
 
 
@@ -88,23 +91,51 @@ def _insert(stream: UnitStream, budget: int, needles: list[tuple[float, Piece]])
     return concat(parts)
 
 
+def _encode_items(ctx: GenContext, kind: Kind, items: list[str]) -> list[np.ndarray]:
+    """Ids of ' item' for many keys or values; word keys from their cached adjective and noun parts."""
+    enc = ctx.encoder
+    if kind == "words":
+        ctx.cached(("niah-word-parts",), lambda: enc.encode_many(
+            [" " + a for a in words.adjectives()] + ["-" + n for n in words.nouns()]))
+        pairs = [item.split("-", 1) for item in items]
+        return [np.concatenate([enc.encode(" " + a), enc.encode("-" + n)]) for a, n in pairs]
+    return enc.encode_many([" " + item for item in items], cache=False)
+
+
+def needle_ids(ctx: GenContext, params: NiahParams, keys: list[str], values: list[str]) -> list[np.ndarray]:
+    """Needle ids assembled from encoded parts: the sentence frame once, keys and values in batches.
+
+    Parts meet at pre-tokenizer boundaries (a space, '-', ':', '.'), so this equals encoding each needle;
+    a few are checked, and a tokenizer that merges across the parts gets whole-needle encodings instead.
+    """
+    enc = ctx.encoder
+    head = enc.encode(f" One of the special magic {params.type_value} for")
+    mid, end = enc.encode(" is:"), enc.encode(".")
+    key_ids, value_ids = _encode_items(ctx, params.type_key, keys), _encode_items(ctx, params.type_value, values)
+    out = [np.concatenate([head, k, mid, v, end]) for k, v in zip(key_ids, value_ids, strict=True)]
+    for i in range(min(3, len(out))):
+        if not np.array_equal(out[i], enc.encode(needle_text(params, keys[i], values[i]))):
+            return enc.encode_many([needle_text(params, k, v) for k, v in zip(keys, values, strict=True)], cache=False)
+    return out
+
+
 def _needle_haystack(
     ctx: GenContext, params: NiahParams, budget: int, needles: list[tuple[float, Piece]],
     rng: np.random.Generator, taken: set[str],
 ) -> Piece:
     """A haystack made of distractor needles, sized to the budget by choosing needles of the right lengths."""
     texts: list[str] = []
-    ids: list[list[int]] = []
-    want = int(budget / max(1.0, float(np.mean([len(p) for _, p in needles])))) + 64
+    ids: list[np.ndarray] = []
+    want = int(budget / max(1.0, float(np.mean([len(p) for _, p in needles])))) + 256
     while sum(len(i) for i in ids) < budget + 64 * 8:  # enough candidates, and spares for swapping
         keys = _draw_unique(params.type_key, rng, want, taken)
-        batch = [needle_text(params, k, _draw(params.type_value, rng)) for k in keys]
-        texts += batch
-        ids += ctx.encoder.tokenizer(batch, add_special_tokens=False)["input_ids"]
+        values = _draw_many(params.type_value, rng, want)
+        texts += [needle_text(params, k, v) for k, v in zip(keys, values, strict=True)]
+        ids += needle_ids(ctx, params, keys, values)
         want = 64 + want // 8
     lengths = np.array([len(i) for i in ids])
     chosen = _choose_lengths(lengths, budget)
-    distractors = [Piece(texts[i], np.asarray(ids[i], dtype=np.int32)) for i in chosen]
+    distractors = [Piece(texts[i], ids[i]) for i in chosen]
     units = len(distractors)
     parts: list[Piece] = []
     start = 0
@@ -118,12 +149,23 @@ def _needle_haystack(
 
 
 def _choose_lengths(lengths: np.ndarray, budget: int) -> list[int]:
-    """Indices of items whose lengths sum to `budget` or just under: greedy, then swaps close the gap."""
-    csum = np.cumsum(lengths)
-    n = int(np.searchsorted(csum, budget, side="right"))
-    gap = budget - (int(csum[n - 1]) if n else 0)
-    chosen, _ = close_gap(lengths, list(range(n)), list(range(n, len(lengths))), gap)
-    return chosen
+    """Indices of items whose lengths sum to `budget` or just under.
+
+    As many items as the shortest ones allow, taken in order; if they overflow, the longest are swapped
+    for the shortest spares; then swaps for longer spares close the remaining gap.
+    """
+    n = int(np.searchsorted(np.cumsum(np.sort(lengths)), budget, side="right"))
+    chosen, spare = list(range(n)), sorted(range(n, len(lengths)), key=lambda i: lengths[i])
+    total = int(lengths[:n].sum())
+    while total > budget and spare:
+        pos = max(range(len(chosen)), key=lambda p: lengths[chosen[p]])
+        if lengths[spare[0]] >= lengths[chosen[pos]]:
+            break
+        total -= int(lengths[chosen[pos]] - lengths[spare[0]])
+        chosen[pos], spare[0] = spare[0], chosen[pos]
+        spare.sort(key=lambda i: lengths[i])
+    chosen, _ = close_gap(lengths, chosen, spare[::-1], budget - total)
+    return sorted(chosen)
 
 
 def generate(
@@ -161,12 +203,9 @@ def generate(
     else:
         stream = _haystack_stream(ctx, params)
         build = lambda b: _insert(stream, b - needle_tokens, placed)  # noqa: E731
-    context = fit_context(ctx.encoder, budget, build)
-    return Draft(
-        prompt=frame.head + context.text + frame.tail,
-        prompt_token_ids=np.concatenate([frame.head_ids, context.ids, frame.tail_ids]),
-        answer_prefix=frame.answer_prefix,
-        references=references,
+    context = fit_context(ctx.encoder, frame, budget, build)
+    return draft(
+        frame, context, references,
         depth=float(depth),
         complexity=f"k{params.num_needle_k}-v{params.num_needle_v}-q{params.num_needle_q}",
         meta={"keys": query_keys, "depths": depths, "haystack": params.haystack},

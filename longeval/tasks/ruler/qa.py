@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 
 from longeval.errors import DataFileError, LengthError
-from longeval.tasks.base import Draft, GenContext, context_budget
+from longeval.tasks.base import Draft, GenContext, context_budget, draft
 from longeval.tasks.ruler.templates import fill
 from longeval.text.pieces import Piece, concat, cut_words
 
@@ -58,6 +58,12 @@ def load_qa(dataset: str, path: str | None) -> QaData:
         raise _bad(dataset, path, f"not in the expected format ({type(exc).__name__}: {exc})") from exc
 
 
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, got {type(value).__name__}")
+    return value
+
+
 def _parse_squad(raw: dict) -> QaData:
     docs = sorted({p["context"] for article in raw["data"] for p in article["paragraphs"]})
     index = {d: i for i, d in enumerate(docs)}
@@ -70,7 +76,8 @@ def _parse_squad(raw: dict) -> QaData:
                 if qa.get("is_impossible") or not qa["answers"]:
                     continue
                 questions.append({
-                    "query": qa["question"], "outputs": [a["text"] for a in qa["answers"]],
+                    "query": _text(qa["question"], "a question"),
+                    "outputs": [_text(a["text"], "an answer") for a in qa["answers"]],
                     "context": [gold], "more_context": [i for i in siblings if i != gold],
                 })
     if not questions:
@@ -82,13 +89,16 @@ def _parse_hotpotqa(raw: list) -> QaData:
     def doc(title: str, sentences: list[str]) -> str:
         return f"{title}\n{''.join(sentences)}"
 
-    docs = sorted({doc(t, s) for item in raw for t, s in item["context"]})
+    docs = sorted({doc(_text(t, "a title"), [_text(x, "a sentence") for x in s]) for item in raw
+                   for t, s in item["context"]})
     index = {d: i for i, d in enumerate(docs)}
     questions = [
-        {"query": item["question"], "outputs": [item["answer"]],
+        {"query": _text(item["question"], "a question"), "outputs": [_text(item["answer"], "an answer")],
          "context": [index[doc(t, s)] for t, s in item["context"]], "more_context": []}
         for item in raw
     ]
+    if any(not q["context"] for q in questions):
+        raise ValueError("a question has no context paragraphs")
     if not questions:
         raise ValueError("no questions")
     return QaData(tuple(docs), tuple(questions))
@@ -157,11 +167,8 @@ def generate(
         parts += [Piece(head, encoder.encode(head)), cut]
     context = concat(parts)
     gold_pos = min(shuffled.index(g) for g in gold)
-    return Draft(
-        prompt=frame.head + context.text + frame.tail,
-        prompt_token_ids=np.concatenate([frame.head_ids, context.ids, frame.tail_ids]),
-        answer_prefix=frame.answer_prefix,
-        references=list(q["outputs"]),
+    return draft(
+        frame, context, list(q["outputs"]),
         depth=round(100.0 * gold_pos / max(1, len(shuffled) - 1), 2),
         complexity=f"docs{len(shuffled)}",
         meta={"query": q["query"], "gold_positions": sorted(shuffled.index(g) + 1 for g in gold)},

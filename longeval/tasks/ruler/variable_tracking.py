@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from longeval.errors import LengthError
-from longeval.tasks.base import Draft, GenContext, context_budget, fit_context
+from longeval.tasks.base import Draft, GenContext, context_budget, draft, fit_context
 from longeval.tasks.ruler.templates import fill
 from longeval.text.corpus import NOISE
-from longeval.text.pieces import Piece, UnitStream, concat, piece
+from longeval.text.pieces import Piece, UnitStream, concat
 
 SENTENCES_PER_LINE = 5
 ICL_NOISE_LINES = 5
@@ -82,7 +82,7 @@ def _context(stream: UnitStream, encoder, budget: int, chains_lines, rng_state) 
     for at in sorted(inserts):
         unit = at * SENTENCES_PER_LINE
         parts.append(stream.slice(start, min(unit, n)))
-        parts.extend(piece(encoder, line) for line in inserts[at])
+        parts.extend(Piece(line, encoder.encode_followed(line)) for line in inserts[at])
         start = min(unit, n)
     parts.append(stream.slice(start, n))
     parts.append(tail)
@@ -114,18 +114,15 @@ def generate(
     frame = ctx.frame(example + user, prefix)
     budget = context_budget(frame, target_length, max_new_tokens)
     stream = ctx.cached(("vt-noise",), lambda: UnitStream(ctx.encoder, _noise_units()))
-    line_tokens = sum(ctx.encoder.count(line) for lines in chains_lines for line in lines)
+    line_tokens = sum(len(ctx.encoder.encode_followed(line)) for lines in chains_lines for line in lines)
     placement_seed = int(rng.integers(2**63))
     context = fit_context(
-        ctx.encoder, budget,
+        ctx.encoder, frame, budget,
         lambda b: _context(stream, ctx.encoder, b - line_tokens, chains_lines, placement_seed),
     )
     first = context.text.find(chains_lines[0][0])
-    return Draft(
-        prompt=frame.head + context.text + frame.tail,
-        prompt_token_ids=np.concatenate([frame.head_ids, context.ids, frame.tail_ids]),
-        answer_prefix=frame.answer_prefix,
-        references=list(chains_vars[0]),
+    return draft(
+        frame, context, list(chains_vars[0]),
         depth=round(100.0 * first / max(1, len(context.text)), 2),
         complexity=f"chains{params.num_chains}-hops{params.num_hops}",
         meta={"value": value, "chains": chains_vars},
