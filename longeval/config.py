@@ -80,6 +80,9 @@ class ClusterConfig:
     batch_size: int = 8
     """Prompts per engine call; small batches keep the engine busy past long tails."""
     generate_parallelism: int = 2
+    bucket_edges: list[int] = field(default_factory=list)
+    """Split the lengths into contiguous engine pools: [16384] gives one pool for lengths <= 16384 (a short
+    max_model_len, more sequences in the KV cache) and one for the longer ones. Empty: a single pool."""
 
 
 @dataclass

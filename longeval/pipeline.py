@@ -137,37 +137,44 @@ def pending_predictions(root: RunRoot) -> tuple[pa.Table, set[str]]:
 
 
 def infer(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None) -> int:
-    """Run every instance without a prediction through the engine pool; returns how many ran."""
+    """Run every instance without a final prediction through its length bucket's engine pool."""
+    meta, done = pending_predictions(root)
+    todo = meta.filter(pa.array([i not in done for i in meta["instance_id"].to_pylist()], pa.bool_()))
+    ran = 0
+    for pool in plan.pools:
+        mine = todo.filter(pc.is_in(todo["target_length"], value_set=pa.array(pool.lengths, pa.int64())))
+        if mine.num_rows:
+            ran += _infer_pool(cfg, pool, mine, root, model_path, progress)
+    return ran
+
+
+def _infer_pool(cfg: Config, pool, todo: pa.Table, root: RunRoot, model_path: str, progress) -> int:
     import ray
 
     from longeval.engines.vllm_engine import VllmPredictor
 
-    meta, done = pending_predictions(root)
-    pool = plan.pools[0]
-    todo_mask = [i not in done for i in meta["instance_id"].to_pylist()]
-    todo = meta.filter(pa.array(todo_mask, pa.bool_()))
-    if todo.num_rows == 0:
-        return 0
     total = pc.add(todo["input_tokens"], todo["max_new_tokens"])
-    too_long = todo.filter(pc.greater(total, pool.max_model_len))
+    over = pc.greater(total, pool.max_model_len)
+    too_long = todo.filter(over)
     if too_long.num_rows:
         rows = [
             Prediction(instance_id=i, model_id=cfg.model.name, output="", output_tokens=0,
                        finish_reason="not_sent", cached_prompt_tokens=0, latency_s=0.0,
                        error=f"prompt_too_long: {n} tokens > max_model_len {pool.max_model_len}").to_row()
-            for i, n in zip(too_long["instance_id"].to_pylist(), total.filter(
-                pc.greater(total, pool.max_model_len)).to_pylist(), strict=True)
+            for i, n in zip(too_long["instance_id"].to_pylist(), total.filter(over).to_pylist(), strict=True)
         ]
         root.write_part("predictions", pa.Table.from_pylist(rows, schema=PREDICTION_SCHEMA))
-    send = set(todo.filter(pc.less_equal(total, pool.max_model_len))["instance_id"].to_pylist())
-    if not send:
+    send = todo.filter(pc.invert(over))["instance_id"]
+    if len(send) == 0:
         return too_long.num_rows
     fs, paths = root.stage_files("instances")
-    # One block per instance shard: Ray Data hands the engine small bundles and returns their outputs as they
-    # finish, so predictions are written batch by batch and a crash loses only what is in flight.
+    lengths = {f".L{n}." for n in pool.lengths}
+    paths = [p for p in paths if any(tag in p.rsplit("/", 1)[-1] for tag in lengths)]
+    # One block per instance shard, so the engine gets small bundles; each actor writes its predictions
+    # batch by batch, so a crash loses only the batch in flight.
     ds = ray.data.read_parquet(paths, filesystem=fs, override_num_blocks=len(paths),
                                columns=["instance_id", "prompt_token_ids", "max_new_tokens", "target_length"])
-    wanted = pa.array(sorted(send), pa.string())
+    wanted = send.combine_chunks() if hasattr(send, "combine_chunks") else send
     ds = ds.map_batches(lambda t: t.filter(pc.is_in(t["instance_id"], value_set=wanted)), batch_format="pyarrow")
     ds = ds.map_batches(
         VllmPredictor,
@@ -178,8 +185,8 @@ def infer(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None
         num_gpus=pool.gpus_per_replica or None,
         num_cpus=1,
     )
-    task_id = progress.add_task("infer", total=len(send)) if progress else None
-    for batch in ds.iter_batches(batch_size=cfg.cluster.batch_size, batch_format="pyarrow"):  # written by the actors
+    task_id = progress.add_task(f"infer {pool.name}", total=len(send)) if progress else None
+    for batch in ds.iter_batches(batch_size=cfg.cluster.batch_size, batch_format="pyarrow"):
         if progress:
             progress.advance(task_id, batch.num_rows)
     return len(send) + too_long.num_rows
@@ -316,6 +323,8 @@ def init_ray(cfg: Config) -> None:
     kwargs: dict = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
     if cfg.cluster.address:
         kwargs["address"] = cfg.cluster.address
+    elif os.environ.get("RAY_ADDRESS"):  # inside `ray job submit`: join the job's cluster as it is
+        pass
     else:
         kwargs["num_cpus"] = cfg.cluster.num_cpus or max(2, os.cpu_count() or 2)
     ray.init(**kwargs)

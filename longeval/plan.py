@@ -74,13 +74,24 @@ def make_plan(cfg: Config) -> Plan:
             for shard_index, start in enumerate(range(0, suite.samples, suite.shard_size)):
                 stop = min(suite.samples, start + suite.shard_size)
                 shards.append(ShardSpec(spec.key, length, suite.seed, shard_index, start, stop))
-    lengths = tuple(sorted(set(suite.lengths)))
-    pool = Pool(
-        name="pool0",
-        lengths=lengths,
-        max_model_len=min(cfg.model.max_model_len, max(lengths)),
-        tensor_parallel_size=cfg.model.tensor_parallel_size,
-        replicas=cfg.cluster.replicas,
-        gpus_per_replica=cfg.cluster.gpus_per_replica,
-    )
-    return Plan(shards=tuple(shards), pools=(pool,))
+    return Plan(shards=tuple(shards), pools=tuple(make_pools(cfg)))
+
+
+def make_pools(cfg: Config) -> list[Pool]:
+    """Contiguous length buckets, each served by its own engine replicas with a fitting max_model_len."""
+    lengths = sorted(set(cfg.suite.lengths))
+    edges = sorted(set(cfg.cluster.bucket_edges))
+    buckets: list[list[int]] = [[] for _ in range(len(edges) + 1)]
+    for length in lengths:
+        buckets[sum(length > e for e in edges)].append(length)
+    return [
+        Pool(
+            name=f"pool{i}",
+            lengths=tuple(bucket),
+            max_model_len=min(cfg.model.max_model_len, max(bucket)),
+            tensor_parallel_size=cfg.model.tensor_parallel_size,
+            replicas=cfg.cluster.replicas,
+            gpus_per_replica=cfg.cluster.gpus_per_replica,
+        )
+        for i, bucket in enumerate(b for b in buckets if b)
+    ]

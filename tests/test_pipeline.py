@@ -81,15 +81,23 @@ def test_rerun_skips_everything_done(tiny_run):
     assert root.read_stage("predictions", PREDICTION_SCHEMA).num_rows == 4 * 2 * 3
 
 
-def test_prompts_over_max_model_len_are_recorded_not_sent(tmp_path, tiny_model_path):
-    cfg = load_config([*TINY, f"store.root={tmp_path}", "suite.tasks=[niah_single_1]", "suite.lengths=[2048]",
-                       "model.max_model_len=1024"])
-    result = run(cfg, stages=("generate", "infer", "score", "report"))
-    preds = RunRoot(cfg.run_root).read_stage("predictions", PREDICTION_SCHEMA).to_pylist()
-    assert len(preds) == 3
-    assert all(p["error"].startswith("prompt_too_long") for p in preds)
-    row = result.summary.to_pylist()[0]
-    assert row["too_long"] == 3 and row["score"] == 0
+def test_pools_per_length_bucket_and_over_long_prompts(tmp_path, tiny_model_path):
+    """Two pools; the second's prompts exceed the model's max_model_len: recorded, scored 0, never sent."""
+    cfg = load_config([*TINY, f"store.root={tmp_path}", "suite.tasks=[niah_single_1]", "suite.lengths=[1024,2048]",
+                       "model.max_model_len=1024", "cluster.bucket_edges=[1024]"])
+    result = run(cfg)
+    root = RunRoot(cfg.run_root)
+    preds = {p["instance_id"]: p for p in root.read_stage("predictions", PREDICTION_SCHEMA).to_pylist()}
+    instances = root.read_stage("instances", INSTANCE_SCHEMA).to_pylist()
+    assert len(preds) == 6
+    for inst in instances:
+        error = preds[inst["instance_id"]]["error"]
+        assert error.startswith("prompt_too_long") == (inst["target_length"] == 2048)
+    rows = {r["target_length"]: r for r in result.summary.to_pylist()}
+    assert rows[2048]["too_long"] == 3 and rows[2048]["score"] == 0
+    assert rows[1024]["too_long"] == 0
+    engines = list(Path(cfg.run_root, "engines").glob("*.json"))
+    assert len(engines) == 1  # the all-too-long pool never started an engine
 
 
 SMOL = ["suite.tasks=[niah_single_1]", "suite.lengths=[1024]", "suite.samples=6", "suite.shard_size=2",

@@ -30,3 +30,10 @@ def test_pool_caps_max_model_len_at_the_models_limit():
 def test_qa_without_data_is_refused_at_plan_time():
     with pytest.raises(ConfigError, match="suite.data.hotpotqa_path"):
         make_plan(load_config(["suite.tasks=[qa_2]"]))
+
+
+def test_bucket_edges_split_lengths_into_contiguous_pools():
+    cfg = load_config(["model=llama31_8b", "suite=ruler", "suite.tasks=[vt]", "cluster.bucket_edges=[16384]"])
+    pools = make_plan(cfg).pools
+    assert [p.lengths for p in pools] == [(4096, 8192, 16384), (32768, 65536, 131072)]
+    assert [p.max_model_len for p in pools] == [16384, 131072]
