@@ -331,6 +331,9 @@ def init_ray(cfg: Config) -> None:
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False
+    # Rows reach the engine in the same order and the same batches on every run: vLLM on CPU is not
+    # batch-invariant, so identical greedy outputs need identical batch composition.
+    ctx.execution_options.preserve_order = True
 
 
 def preflight(cfg: Config, plan: Plan, model_path: str) -> None:

@@ -179,13 +179,33 @@ def close_gap(
     return chosen, gap
 
 
+@dataclass(frozen=True)
+class Ragged:
+    """Many short id sequences in one flat array: row i is flat[starts[i] : starts[i] + lengths[i]]."""
+
+    flat: np.ndarray
+    starts: np.ndarray
+    lengths: np.ndarray
+
+    @classmethod
+    def of(cls, rows: Sequence[np.ndarray]) -> Ragged:
+        lengths = np.array([len(r) for r in rows], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if len(rows) else lengths
+        flat = np.concatenate(rows).astype(np.int32) if len(rows) else np.zeros(0, np.int32)
+        return cls(flat, starts, lengths)
+
+    def take(self, order: np.ndarray) -> np.ndarray:
+        """rows[order[0]] + rows[order[1]] + ... as one array, without a Python loop over `order`."""
+        order = np.asarray(order, dtype=np.int64)
+        lengths = self.lengths[order]
+        total = int(lengths.sum())
+        if total == 0:
+            return np.zeros(0, dtype=np.int32)
+        ends = np.cumsum(lengths)
+        shift = np.repeat(self.starts[order] - (ends - lengths), lengths)
+        return self.flat[np.arange(total, dtype=np.int64) + shift]
+
+
 def ragged_take(rows: list[np.ndarray], order: np.ndarray) -> np.ndarray:
     """Concatenate `rows[order[0]], rows[order[1]], ...` without a Python loop over `order`."""
-    if len(order) == 0:
-        return np.zeros(0, dtype=np.int32)
-    width = max(len(r) for r in rows)
-    table = np.full((len(rows), width), -1, dtype=np.int64)
-    for i, r in enumerate(rows):
-        table[i, : len(r)] = r
-    taken = table[order].ravel()
-    return taken[taken >= 0].astype(np.int32)
+    return Ragged.of(rows).take(order)

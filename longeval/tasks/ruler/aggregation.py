@@ -20,8 +20,7 @@ from longeval.errors import LengthError
 from longeval.tasks.base import Draft, GenContext, context_budget, draft
 from longeval.tasks.ruler.templates import fill
 from longeval.text import words
-from longeval.text.pieces import Piece, close_gap, open_context, ragged_take
-from longeval.text.tokenizer import Encoder
+from longeval.text.pieces import Piece, Ragged, close_gap, open_context, ragged_take
 
 
 @dataclass(frozen=True)
@@ -43,9 +42,14 @@ class FweParams:
     noise_word: str = "...."
 
 
-def _numbered(encoder: Encoder, count: int) -> list[np.ndarray]:
-    """Encodings of ' 1.', ' 2.', ... ' {count}.' (the list numbering)."""
-    return encoder.encode_many([f" {i}." for i in range(1, count + 1)])
+def _numbered(ctx: GenContext, count: int) -> Ragged:
+    """Encodings of ' 1.', ' 2.', ... (the list numbering), kept per process and extended when needed."""
+    cached: Ragged | None = ctx.cache.get(("cwe-numbers",))
+    if cached is None or len(cached.lengths) < count:
+        size = max(2 * count, 2 * len(cached.lengths) if cached is not None else 4096)
+        cached = Ragged.of(ctx.encoder.encode_many([f" {i}." for i in range(1, size + 1)], cache=False))
+        ctx.cache[("cwe-numbers",)] = cached
+    return cached
 
 
 def _cwe_list(common: list[str], uncommon: list[str], freq_cw: int, freq_ucw: int, rng) -> list[str]:
@@ -64,25 +68,18 @@ def _cwe_example(params: CweParams, target_length: int, pool: list[str], rng) ->
     return user.replace("{context}", context) + prefix + " " + answer
 
 
-def _extend_pool(ctx: GenContext, pool: list[str], budget: int, freq_ucw: int, rng) -> list[str]:
+def _compounds(need: int, rng: np.random.Generator) -> list[str]:
     """Beyond ~200K tokens the 8K-word vocabulary runs out of uncommon words: add adjective-noun pairs.
 
-    RULER's word list has the same limit; compound words keep every uncommon word distinct.
+    RULER's word list has the same limit; compounds keep every uncommon word distinct from the others.
     """
-    per_word = freq_ucw * 5  # a lower bound on tokens per uncommon word: (number + word) x its frequency
-    need = budget // per_word + 64 - len(pool)
     if need <= 0:
-        return pool
+        return []
     adjectives, nouns = words.adjectives(), words.nouns()
-    seen = set(pool)
-    extra: list[str] = []
-    while len(extra) < need:
-        for a, n in zip(rng.integers(len(adjectives), size=need), rng.integers(len(nouns), size=need), strict=True):
-            word = f"{adjectives[a]}-{nouns[n]}"
-            if word not in seen:
-                seen.add(word)
-                extra.append(word)
-    return pool + extra[:need]
+    codes = rng.integers(len(adjectives) * len(nouns), size=2 * need + 64)
+    _, first = np.unique(codes, return_index=True)
+    codes = codes[np.sort(first)][:need]
+    return [f"{adjectives[c // len(nouns)]}-{nouns[c % len(nouns)]}" for c in codes.tolist()]
 
 
 def generate_cwe(
@@ -101,18 +98,19 @@ def generate_cwe(
     frame = ctx.frame(example + user, prefix)
     # Two tokens of margin: the first entry loses its leading space, which can change its count by one.
     budget = context_budget(frame, target_length, max_new_tokens) - 2
-    pool = _extend_pool(ctx, pool, budget, freq_ucw, rng)
+    # A lower bound on tokens per uncommon word, (number + word) x its frequency, sizes the pool.
+    pool += _compounds(budget // (freq_ucw * 5) + 64 - len(pool), rng)
 
     common, candidates = pool[: params.num_cw], pool[params.num_cw :]
-    word_ids = ctx.encoder.encode_many([" " + w for w in pool[: len(vocab)]])
-    word_ids += ctx.encoder.encode_many([" " + w for w in pool[len(vocab) :]], cache=False)
-    word_len = np.array([len(ids) for ids in word_ids])
+    word_ids = Ragged.of(ctx.encoder.encode_many([" " + w for w in pool[: len(vocab)]])
+                         + words.encode_compounds(ctx.encoder, pool[len(vocab) :]))
+    word_len = word_ids.lengths
     common_tokens = freq_cw * int(word_len[: params.num_cw].sum())
     n_common_items = params.num_cw * freq_cw
     cand_len = word_len[params.num_cw :]
     est_items = n_common_items + freq_ucw * len(candidates)
-    numbers = ctx.cached(("cwe-numbers", est_items), lambda: _numbered(ctx.encoder, est_items))
-    num_csum = np.concatenate([[0], np.cumsum([len(n) for n in numbers])])
+    numbers = _numbered(ctx, est_items)
+    num_csum = np.concatenate([[0], np.cumsum(numbers.lengths[:est_items])])
     cand_csum = np.concatenate([[0], np.cumsum(cand_len)])
 
     def total(u: int) -> int:
@@ -137,7 +135,14 @@ def generate_cwe(
     items = _cwe_list(common, uncommon, freq_cw, freq_ucw, rng)
     index_of = {w: i for i, w in enumerate(pool)}
     order = np.array([index_of[w] for w in items])
-    ids = np.concatenate([a for i in range(len(items)) for a in (numbers[i], word_ids[order[i]])])
+    # Interleave the numbering and the words: segments [number 0, word 0, number 1, word 1, ...].
+    both = Ragged(np.concatenate([numbers.flat, word_ids.flat]),
+                  np.concatenate([numbers.starts, word_ids.starts + len(numbers.flat)]),
+                  np.concatenate([numbers.lengths, word_ids.lengths]))
+    segments = np.empty(2 * len(items), dtype=np.int64)
+    segments[0::2] = np.arange(len(items))
+    segments[1::2] = len(numbers.lengths) + order
+    ids = both.take(segments)
     text = "".join(f" {i + 1}. {w}" for i, w in enumerate(items))
     context = open_context(ctx.encoder, frame, Piece(text, ids))
     return draft(

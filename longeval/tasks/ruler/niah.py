@@ -19,7 +19,7 @@ from longeval.tasks.base import Draft, GenContext, context_budget, draft, fit_co
 from longeval.tasks.ruler.templates import fill
 from longeval.text import words
 from longeval.text.corpus import load_essays, noise_sentences
-from longeval.text.pieces import Piece, UnitStream, close_gap, concat, piece
+from longeval.text.pieces import Piece, Ragged, UnitStream, close_gap, concat, piece
 from longeval.text.render import Frame
 
 DEPTHS = tuple(int(d) for d in np.round(np.linspace(0, 100, num=40, endpoint=True)))
@@ -93,13 +93,9 @@ def _insert(stream: UnitStream, budget: int, needles: list[tuple[float, Piece]])
 
 def _encode_items(ctx: GenContext, kind: Kind, items: list[str]) -> list[np.ndarray]:
     """Ids of ' item' for many keys or values; word keys from their cached adjective and noun parts."""
-    enc = ctx.encoder
     if kind == "words":
-        ctx.cached(("niah-word-parts",), lambda: enc.encode_many(
-            [" " + a for a in words.adjectives()] + ["-" + n for n in words.nouns()]))
-        pairs = [item.split("-", 1) for item in items]
-        return [np.concatenate([enc.encode(" " + a), enc.encode("-" + n)]) for a, n in pairs]
-    return enc.encode_many([" " + item for item in items], cache=False)
+        return words.encode_compounds(ctx.encoder, items)
+    return ctx.encoder.encode_many([" " + item for item in items], cache=False)
 
 
 def needle_ids(ctx: GenContext, params: NiahParams, keys: list[str], values: list[str]) -> list[np.ndarray]:
@@ -119,53 +115,91 @@ def needle_ids(ctx: GenContext, params: NiahParams, keys: list[str], values: lis
     return out
 
 
+@dataclass(frozen=True)
+class NeedlePool:
+    """Distractor needles encoded once and shared by every instance of a length (RULER's multi-key haystacks).
+
+    Its size and contents depend only on the needle kinds, the target length and the tokenizer, so
+    instances stay identical however they are sharded; each instance draws its own random subset.
+    """
+
+    keys: list[str]
+    texts: list[str]
+    ids: Ragged
+
+
+def _pool(ctx: GenContext, params: NiahParams, target_length: int) -> NeedlePool:
+    probe = len(ctx.encoder.encode(needle_text(params, _draw_many(params.type_key, np.random.default_rng(0), 1)[0],
+                                               _draw_many(params.type_value, np.random.default_rng(1), 1)[0])))
+    size = 1 << max(12, int(2 * target_length / max(1, probe - 4) + 512).bit_length())
+
+    def build() -> NeedlePool:
+        rng = np.random.default_rng([POOL_SEED, size, len(params.type_key), len(params.type_value)])
+        keys = _draw_unique(params.type_key, rng, size, set())
+        values = _draw_many(params.type_value, rng, size)
+        texts = [needle_text(params, k, v) for k, v in zip(keys, values, strict=True)]
+        return NeedlePool(keys, texts, Ragged.of(needle_ids(ctx, params, keys, values)))
+
+    return ctx.cached(("needle-pool", params.type_key, params.type_value, size), build)
+
+
+POOL_SEED = 20240401
+
+
 def _needle_haystack(
     ctx: GenContext, params: NiahParams, budget: int, needles: list[tuple[float, Piece]],
-    rng: np.random.Generator, taken: set[str],
+    rng: np.random.Generator, taken: set[str], pool: NeedlePool,
 ) -> Piece:
     """A haystack made of distractor needles, sized to the budget by choosing needles of the right lengths."""
-    texts: list[str] = []
-    ids: list[np.ndarray] = []
-    want = int(budget / max(1.0, float(np.mean([len(p) for _, p in needles])))) + 256
-    while sum(len(i) for i in ids) < budget + 64 * 8:  # enough candidates, and spares for swapping
-        keys = _draw_unique(params.type_key, rng, want, taken)
-        values = _draw_many(params.type_value, rng, want)
-        texts += [needle_text(params, k, v) for k, v in zip(keys, values, strict=True)]
-        ids += needle_ids(ctx, params, keys, values)
-        want = 64 + want // 8
-    lengths = np.array([len(i) for i in ids])
-    chosen = _choose_lengths(lengths, budget)
-    distractors = [Piece(texts[i], ids[i]) for i in chosen]
-    units = len(distractors)
+    lengths_all = pool.ids.lengths
+    want = min(len(lengths_all), int(budget / max(1.0, float(lengths_all[:256].mean()))) + 256)
+    candidates = rng.choice(len(lengths_all), size=want, replace=False)
+    candidates = np.array([c for c in candidates if pool.keys[c] not in taken], dtype=np.int64)
+    chosen = candidates[_choose_lengths(lengths_all[candidates], budget)]
+    units = len(chosen)
     parts: list[Piece] = []
     start = 0
     for depth, needle in sorted(needles, key=lambda item: item[0]):
         at = int(units * depth / 100)
-        parts.extend(distractors[start:at])
+        parts.append(_run(pool, chosen[start:at]))
         parts.append(needle)
         start = at
-    parts.extend(distractors[start:])
+    parts.append(_run(pool, chosen[start:]))
     return concat(parts)
 
 
-def _choose_lengths(lengths: np.ndarray, budget: int) -> list[int]:
-    """Indices of items whose lengths sum to `budget` or just under.
+def _run(pool: NeedlePool, indices: np.ndarray) -> Piece:
+    return Piece("".join(pool.texts[i] for i in indices), pool.ids.take(indices))
 
-    As many items as the shortest ones allow, taken in order; if they overflow, the longest are swapped
-    for the shortest spares; then swaps for longer spares close the remaining gap.
+
+def _choose_lengths(lengths: np.ndarray, budget: int) -> np.ndarray:
+    """Positions of items whose lengths sum to `budget` or just under, in their original order.
+
+    As many items as the shortest ones allow, the first ones taken; if they overflow, the longest are
+    swapped for the shortest spares; then swaps for longer spares close the remaining gap.
     """
     n = int(np.searchsorted(np.cumsum(np.sort(lengths)), budget, side="right"))
-    chosen, spare = list(range(n)), sorted(range(n, len(lengths)), key=lambda i: lengths[i])
+    chosen, spare = np.arange(n), np.arange(n, len(lengths))
     total = int(lengths[:n].sum())
-    while total > budget and spare:
-        pos = max(range(len(chosen)), key=lambda p: lengths[chosen[p]])
-        if lengths[spare[0]] >= lengths[chosen[pos]]:
-            break
-        total -= int(lengths[chosen[pos]] - lengths[spare[0]])
-        chosen[pos], spare[0] = spare[0], chosen[pos]
-        spare.sort(key=lambda i: lengths[i])
-    chosen, _ = close_gap(lengths, chosen, spare[::-1], budget - total)
-    return sorted(chosen)
+    if total > budget:
+        longest = chosen[np.argsort(-lengths[chosen], kind="stable")]
+        shortest = spare[np.argsort(lengths[spare], kind="stable")]
+        m = min(len(longest), len(shortest))
+        deltas = lengths[longest[:m]] - lengths[shortest[:m]]
+        useful = int(np.argmax(deltas <= 0)) if (deltas <= 0).any() else m  # swaps that still save tokens
+        saving = np.cumsum(deltas[:useful])
+        k = int(np.searchsorted(saving, total - budget, side="left")) + 1
+        if k > useful:  # cannot happen when the n shortest fit, but never index past the savings
+            order = np.argsort(lengths, kind="stable")
+            chosen, spare, k = order[:n], order[n:], 0
+            total = int(lengths[chosen].sum())
+        else:
+            chosen = np.concatenate([longest[k:], shortest[:k]])
+            spare = np.concatenate([shortest[k:], longest[:k]])
+            total -= int(saving[k - 1])
+    spare = spare[np.argsort(-lengths[spare], kind="stable")]
+    picked, _ = close_gap(lengths, chosen.tolist(), spare.tolist(), budget - total)
+    return np.sort(np.asarray(picked, dtype=np.int64))
 
 
 def generate(
@@ -199,7 +233,8 @@ def generate(
         raise_too_short(target_length, needle_tokens, budget)
 
     if params.haystack == "needle":
-        build = lambda b: _needle_haystack(ctx, params, b - needle_tokens, placed, rng, taken)  # noqa: E731
+        pool = _pool(ctx, params, target_length)
+        build = lambda b: _needle_haystack(ctx, params, b - needle_tokens, placed, rng, taken, pool)  # noqa: E731
     else:
         stream = _haystack_stream(ctx, params)
         build = lambda b: _insert(stream, b - needle_tokens, placed)  # noqa: E731
