@@ -49,7 +49,9 @@ def main() -> None:
     run(cfg, stages=("infer",))
     pipeline_wall = time.perf_counter() - started
     records = sorted(Path(cfg.run_root, "engines").glob("*.json"))
-    engine_start = json.loads(records[-1].read_text())["engine_start_s"] if records else None
+    record = json.loads(records[-1].read_text()) if records else {}
+    # The actor's start: `import vllm` in the fresh worker process plus building the engine.
+    engine_start = record["engine_start_s"] + record.get("import_s", 0.0) if record else None
     preds = root.read_stage("predictions", PREDICTION_SCHEMA)
 
     # 2. plain vLLM on the same token ids, same sampling, same batch size

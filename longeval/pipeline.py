@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from longeval import __version__
 from longeval.aggregate import headline, length_table, summarise
 from longeval.config import Config, to_yaml
-from longeval.plan import Plan, ShardSpec, make_plan
+from longeval.plan import Plan, Pool, ShardSpec, make_plan
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, Instance, Prediction
 from longeval.store import RunRoot
 
@@ -148,7 +148,7 @@ def infer(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None
     return ran
 
 
-def _infer_pool(cfg: Config, pool, todo: pa.Table, root: RunRoot, model_path: str, progress) -> int:
+def _infer_pool(cfg: Config, pool: Pool, todo: pa.Table, root: RunRoot, model_path: str, progress) -> int:
     import ray
 
     from longeval.engines.vllm_engine import VllmPredictor

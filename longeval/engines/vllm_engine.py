@@ -46,9 +46,12 @@ class VllmPredictor:
     def __init__(
         self, model: ModelConfig, model_path: str, model_id: str, max_model_len: int, root_uri: str | None = None
     ) -> None:
+        began = time.perf_counter()
         for key, value in model.env.items():
             os.environ.setdefault(key, str(value))
         import vllm
+
+        imported = time.perf_counter() - began
 
         self.vllm = vllm
         self.model_id = model_id
@@ -61,7 +64,8 @@ class VllmPredictor:
 
             self.root = RunRoot(root_uri)
         if self.root is not None:  # which engine settings produced the predictions, and the engine start time
-            record = {"engine_start_s": round(time.perf_counter() - started, 2), "vllm": vllm.__version__,
+            record = {"engine_start_s": round(time.perf_counter() - started, 2), "import_s": round(imported, 2),
+                      "vllm": vllm.__version__,
                       "host": socket.gethostname(), "pid": os.getpid(), "kwargs": redact(kwargs),
                       "env": redact({k: os.environ.get(k) for k in model.env})}
             self.root.write_json(f"engines/{socket.gethostname()}-{os.getpid()}-{int(time.time())}.json",
