@@ -90,12 +90,12 @@ def main() -> None:
     )
     print(f"prompts: {n_prompts} ({', '.join(args.tasks)} at {args.lengths}), batch size {batch}, "
           f"load average {os.getloadavg()[0]:.1f}")
-    print(f"engine start: pipeline actor {engine_start if engine_start is not None else 'n/a'} s, plain "
-          f"{plain_start:.1f} s")
+    actor = f"{engine_start:.1f}" if engine_start is not None else "n/a"
+    print(f"engine start: pipeline actor {actor} s (import vllm + engine), plain {plain_start:.1f} s (engine)")
     print(f"plain vllm.LLM.generate: {plain:.1f} s")
     print(f"longeval infer stage:    {pipeline_wall:.1f} s wall, {pipeline:.1f} s without engine start")
-    print(f"ratio pipeline/plain:    {pipeline / plain:.3f}  (whole stage; the pipeline's actor spawn and "
-          "`import vllm` are not subtracted)")
+    print(f"ratio pipeline/plain:    {pipeline / plain:.3f}  (whole stage less the actor's start; includes Ray "
+          "Data start-up and the worker process spawn)")
     print(f"steady state, first to last finished batch ({len(parts) - 1} batches): pipeline {pipe_steady:.1f} s, "
           f"plain {plain_steady:.1f} s, ratio {pipe_steady / plain_steady:.3f}  (target <= 1.15)")
     print(f"identical outputs:       {same}/{n_prompts}")

@@ -328,7 +328,10 @@ def init_ray(cfg: Config) -> None:
     else:
         kwargs["num_cpus"] = cfg.cluster.num_cpus or max(2, os.cpu_count() or 2)
     ray.init(**kwargs)
-    ctx = ray.data.DataContext.get_current()
+    # Our own progress bars stand in for Ray Data's; its INFO lines go to Ray's log files, not the terminal
+    # (LONGEVAL_LOG=INFO brings them back).
+    ctx = ray.data.DataContext.get_current()  # importing ray.data sets up its loggers: adjust them after
+    logging.getLogger("ray.data").setLevel(os.environ.get("LONGEVAL_LOG", "ERROR"))
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False
     # Rows reach the engine in the same order and the same batches on every run: vLLM on CPU is not
