@@ -198,3 +198,39 @@ def _require_columns(table: pa.Table, columns: Sequence[str], *, what: str) -> N
         raise ConfigError(
             f"{what} table lacks column(s) {', '.join(missing)}; it has {', '.join(table.column_names)}"
         )
+
+
+def cumulative(scores: pa.Table) -> pa.Table:
+    """Pointwise and cumulative scores against context length (Michelangelo §3.2, its Figures 1-8).
+
+    For each model, family, task and length L: `score_at` is the mean over instances of length L and
+    `score_upto` the mean over every instance of length <= L, each instance weighing the same ("up to
+    128K" in the paper's sense). Failed rows count as 0, as everywhere.
+
+    Returns:
+        Columns `model_id, family, task, target_length, n_at, score_at, n_upto, score_upto` (scores x100).
+    """
+    keys = ("model_id", "family", "task")
+    _require_columns(scores, [*keys, "target_length", "score"], what="scores")
+    values = pc.fill_null(scores["score"], 0.0).to_pylist()
+    groups: dict[tuple, dict[int, list[float]]] = {}
+    for row, value in zip(scores.select([*keys, "target_length"]).to_pylist(), values, strict=True):
+        groups.setdefault(tuple(row[k] for k in keys), {}).setdefault(row["target_length"], []).append(value)
+    out: dict[str, list] = {name: [] for name in
+                            (*keys, "target_length", "n_at", "score_at", "n_upto", "score_upto")}
+    for group in sorted(groups):
+        total, count = 0.0, 0
+        for length in sorted(groups[group]):
+            at = groups[group][length]
+            total, count = total + sum(at), count + len(at)
+            for name, value in zip(keys, group, strict=True):
+                out[name].append(value)
+            out["target_length"].append(length)
+            out["n_at"].append(len(at))
+            out["score_at"].append(_percent(sum(at) / len(at)))
+            out["n_upto"].append(count)
+            out["score_upto"].append(_percent(total / count))
+    return pa.table(out, schema=pa.schema([
+        *[scores.schema.field(k) for k in keys], scores.schema.field("target_length"),
+        ("n_at", pa.int64()), ("score_at", pa.float64()), ("n_upto", pa.int64()), ("score_upto", pa.float64()),
+    ]))

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from longeval import __version__
-from longeval.aggregate import headline, length_table, summarise
+from longeval.aggregate import cumulative, headline, length_table, summarise
 from longeval.config import Config, to_yaml
 from longeval.plan import Plan, Pool, ShardSpec, make_plan
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, Instance, Prediction
@@ -263,13 +263,14 @@ def report(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> RunRes
     summary = summarise(scores)
     lengths = length_table(summary)
     head = headline(lengths, threshold=cfg.suite.effective_threshold)
-    for name, table in (("tasks", summary), ("lengths", lengths), ("headline", head)):
+    curve = cumulative(scores)
+    for name, table in (("tasks", summary), ("lengths", lengths), ("headline", head), ("cumulative", curve)):
         root.write_table("summary", name, table)
         sink = pa.BufferOutputStream()
         pacsv.write_csv(table, sink)
         root.write_text(f"summary/{name}.csv", sink.getvalue().to_pybytes().decode("utf-8"))
     root.write_json("summary.json", {"tasks": summary.to_pylist(), "lengths": lengths.to_pylist(),
-                                     "headline": head.to_pylist()})
+                                     "headline": head.to_pylist(), "cumulative": curve.to_pylist()})
     return RunResult(root=root.uri, summary=summary, lengths=lengths, headline=head)
 
 

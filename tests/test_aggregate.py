@@ -213,3 +213,20 @@ def test_pipeline_from_scores_to_headline() -> None:
     assert row["wavg_inc"] == round((100 + 2 * 75 + 3 * 25) / 6, 2)
     assert row["wavg_dec"] == round((3 * 100 + 2 * 75 + 25) / 6, 2)
     assert row["effective_length"] == 4096
+
+
+def test_cumulative_scores_are_pointwise_and_up_to_each_length():
+    from longeval.aggregate import cumulative
+
+    rows = [("m", "f", "t", 1024, 1.0), ("m", "f", "t", 1024, 0.0), ("m", "f", "t", 4096, 1.0),
+            ("m", "f", "t", 4096, 1.0), ("m", "f", "t", 4096, None), ("m", "f", "u", 1024, 0.5)]
+    table = pa.table({
+        "model_id": [r[0] for r in rows], "family": [r[1] for r in rows], "task": [r[2] for r in rows],
+        "target_length": pa.array([r[3] for r in rows], pa.int64()), "score": [r[4] for r in rows],
+    })
+    got = cumulative(table).to_pylist()
+    assert [(r["task"], r["target_length"], r["n_at"], r["score_at"], r["n_upto"], r["score_upto"]) for r in got] == [
+        ("t", 1024, 2, 50.0, 2, 50.0),
+        ("t", 4096, 3, 66.67, 5, 60.0),  # the null score counts as 0
+        ("u", 1024, 1, 50.0, 1, 50.0),
+    ]

@@ -60,7 +60,8 @@ def test_every_stage_is_written_and_consistent(tiny_run):
     summary = result.summary.to_pylist()
     assert len(summary) == 8 and all(r["n"] == 3 for r in summary)
     assert {r["target_length"] for r in result.lengths.to_pylist()} == {1024, 2048}
-    for name in ("summary/tasks.csv", "summary/lengths.csv", "summary/headline.csv", "summary.json",
+    for name in ("summary/tasks.csv", "summary/lengths.csv", "summary/headline.csv", "summary/cumulative.csv",
+                 "summary.json",
                  "config.yaml", "versions.json"):
         assert root.exists(name), name
     versions = root.read_json("versions.json")
