@@ -7,10 +7,12 @@ finished instance shards, instances that already have a prediction, and so on.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import platform
+import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
@@ -315,6 +317,26 @@ def _version(dist: str) -> str:
 # -- the whole run ----------------------------------------------------------------------------------
 
 
+# Ray puts Unix sockets at <temp_dir>/session_<date>_<time>_<pid>/sockets/plasma_store, 62 to 66 bytes
+# below its temp dir, and AF_UNIX paths stop at 107 bytes.
+_RAY_SOCKET_SUFFIX = 66  # 62 with a 5-digit pid; room for 7 digits and a longer date
+_AF_UNIX_MAX = 107
+
+
+def ray_temp_dir(tmp: str | None = None) -> str:
+    """Ray's temp dir under TMPDIR when its socket paths fit there, else a short one under /tmp.
+
+    A long TMPDIR (a deep CI checkout, a per-test scratch folder) would otherwise make `ray.init`
+    fail with "AF_UNIX path length cannot exceed 107 bytes".
+    """
+    tmp = tmp or tempfile.gettempdir()
+    under_tmp = os.path.join(tmp, "ray")
+    if len(under_tmp.encode()) + _RAY_SOCKET_SUFFIX <= _AF_UNIX_MAX:
+        return under_tmp
+    digest = hashlib.sha256(tmp.encode()).hexdigest()[:8]
+    return f"/tmp/ray-{digest}"  # one per TMPDIR, so concurrent sessions with their own TMPDIR stay apart
+
+
 def init_ray(cfg: Config) -> None:
     import ray
 
@@ -328,6 +350,7 @@ def init_ray(cfg: Config) -> None:
         pass
     else:
         kwargs["num_cpus"] = cfg.cluster.num_cpus or max(2, os.cpu_count() or 2)
+        kwargs["_temp_dir"] = ray_temp_dir()
     ray.init(**kwargs)
     # Our own progress bars stand in for Ray Data's; its INFO lines go to Ray's log files, not the terminal
     # (LONGEVAL_LOG=INFO brings them back).
