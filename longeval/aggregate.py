@@ -234,3 +234,54 @@ def cumulative(scores: pa.Table) -> pa.Table:
         *[scores.schema.field(k) for k in keys], scores.schema.field("target_length"),
         ("n_at", pa.int64()), ("score_at", pa.float64()), ("n_upto", pa.int64()), ("score_upto", pa.float64()),
     ]))
+
+
+def error_table(scores: pa.Table) -> pa.Table:
+    """How many answers of each task and length failed, and how (SYNC §5.4, its Table 5).
+
+    Every non-empty `error_type` of a score row is a kind of failure: a task's own labels (SYNC's
+    `no_answer`, `invalid_path`, `suboptimal_path`) and the pipeline's (`null`, `prompt_too_long`,
+    `engine_error`). `share` is the percentage of the group's instances with that error.
+
+    Returns:
+        Columns `model_id, family, task, target_length, error_type, count, n, share`.
+    """
+    keys = ("model_id", "family", "task", "target_length")
+    _require_columns(scores, [*keys, "error_type"], what="scores")
+    totals = scores.group_by(list(keys), use_threads=False).aggregate([([], "count_all")])
+    failed = scores.filter(pc.not_equal(pc.fill_null(scores["error_type"], ""), ""))
+    counts = failed.group_by([*keys, "error_type"], use_threads=False).aggregate([([], "count_all")])
+    n_of = {tuple(row[k] for k in keys): row["count_all"] for row in totals.to_pylist()}
+    rows = []
+    for row in counts.to_pylist():
+        n = n_of[tuple(row[k] for k in keys)]
+        rows.append({**{k: row[k] for k in keys}, "error_type": row["error_type"], "count": row["count_all"],
+                     "n": n, "share": _percent(row["count_all"] / n)})
+    rows.sort(key=lambda r: (r["model_id"], r["family"], r["task"], r["target_length"], r["error_type"]))
+    return pa.Table.from_pylist(rows, schema=pa.schema([
+        *[scores.schema.field(k) for k in keys], ("error_type", pa.string()),
+        ("count", pa.int64()), ("n", pa.int64()), ("share", pa.float64()),
+    ]))
+
+
+def ladder(summary: pa.Table, rungs: dict[str, tuple[str, str]]) -> pa.Table:
+    """Tasks that share a context side by side: per model, domain and length, one score per rung.
+
+    SYNC asks retrieval, tracking and global questions of one context (its §3.3), so the fall from one
+    rung to the next is the task's doing; `rungs` maps a task to its (domain, rung), e.g. SYNC's `LADDER`.
+
+    Returns:
+        Columns `model_id, domain, target_length`, then one column per rung in `rungs`' order (×100).
+    """
+    _require_columns(summary, ["model_id", "task", "target_length", "score"], what="summary")
+    order = list(dict.fromkeys(rung for _, rung in rungs.values()))
+    cells: dict[tuple, dict[str, float]] = defaultdict(dict)
+    for row in summary.to_pylist():
+        if row["task"] in rungs:
+            domain, rung = rungs[row["task"]]
+            cells[(row["model_id"], domain, row["target_length"])][rung] = row["score"]
+    rows = [{"model_id": m, "domain": d, "target_length": n, **{r: by.get(r) for r in order}}
+            for (m, d, n), by in sorted(cells.items())]
+    return pa.Table.from_pylist(rows, schema=pa.schema(
+        [("model_id", pa.string()), ("domain", pa.string()), ("target_length", pa.int64()),
+         *[(r, pa.float64()) for r in order]]))

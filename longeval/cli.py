@@ -26,10 +26,14 @@ def _progress() -> Progress:
 
 
 def _print_results(result) -> None:
-    from longeval.report.table import render_results
+    from longeval.report.table import render_errors, render_ladder, render_results
 
     if result.summary is not None and result.summary.num_rows:
         console.print(render_results(result.summary, result.lengths, result.headline))
+    if result.ladder is not None and result.ladder.num_rows:
+        console.print(render_ladder(result.ladder))
+    if result.errors is not None and result.errors.num_rows:
+        console.print(render_errors(result.errors))
     console.print(f"results: {result.root}  (summary/tasks.csv, summary/lengths.csv, summary/headline.csv, "
                   "scores/, predictions/, instances/)")
 
@@ -66,7 +70,7 @@ def cmd_plan(overrides: list[str]) -> None:
         groups.setdefault((shard.task, shard.target_length), []).append(shard)
     for (task, length), shards in groups.items():
         table.add_row(task, str(length), str(len(shards)), str(sum(s.stop - s.start for s in shards)),
-                      str(get_task(task).max_new_tokens))
+                      str(get_task(task, cfg.suite.params).max_new_tokens))
     console.print(table)
     for pool in plan.pools:
         console.print(f"pool {pool.name}: lengths {list(pool.lengths)}, max_model_len {pool.max_model_len}, "

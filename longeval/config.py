@@ -66,6 +66,9 @@ class SuiteConfig:
     """Instances per shard: the unit of parallel generation and of resume."""
     effective_threshold: float = 85.6
     data: DataConfig = field(default_factory=DataConfig)
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Task parameter overrides by family, task or family/task, e.g. `suite.params.sync.cot=false`, and
+    `max_new_tokens` for the output budget; names are the fields of each task's params dataclass."""
 
 
 @dataclass
@@ -178,10 +181,11 @@ def validate(raw: DictConfig | dict) -> Config:
 
 
 def _check(cfg: Config) -> None:
-    from longeval.tasks import get_task
+    from longeval.tasks import check_overrides, get_task
 
     for name in cfg.suite.tasks:
         get_task(name)
+    check_overrides(cfg.suite.params, cfg.suite.tasks)
     if not cfg.suite.lengths:
         raise ConfigError("suite.lengths is empty; give at least one length, e.g. suite.lengths=[4096]")
     for length in cfg.suite.lengths:

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from longeval import __version__
-from longeval.aggregate import cumulative, headline, length_table, summarise
+from longeval.aggregate import cumulative, error_table, headline, ladder, length_table, summarise
 from longeval.config import Config, to_yaml
 from longeval.plan import Plan, Pool, ShardSpec, make_plan
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, Instance, Prediction
@@ -39,6 +39,8 @@ class RunResult:
     summary: pa.Table | None
     lengths: pa.Table | None
     headline: pa.Table | None
+    errors: pa.Table | None = None
+    ladder: pa.Table | None = None
 
 
 # -- generate ---------------------------------------------------------------------------------------
@@ -77,7 +79,8 @@ def make_context(cfg: Config, model_path: str):
         system_prompt=cfg.model.system_prompt,
         reasoning=cfg.model.reasoning,
     )
-    return GenContext(encoder=load_encoder(model_path), fmt=fmt, data=DataPaths(**asdict(cfg.suite.data)))
+    return GenContext(encoder=load_encoder(model_path), fmt=fmt, data=DataPaths(**asdict(cfg.suite.data)),
+                      task_overrides=dict(cfg.suite.params))
 
 
 def _py(value):
@@ -87,15 +90,17 @@ def _py(value):
 def generate_shard(ctx, spec: ShardSpec) -> pa.Table:
     """Instances [start, stop) of one task and length: pure, and the same with any sharding."""
     from longeval.tasks import get_task
-    from longeval.tasks.base import instance_rng, make_instance, output_budget
+    from longeval.tasks.base import context_rng, instance_rng, make_instance, output_budget
 
-    task = get_task(spec.task)
+    task = get_task(spec.task, ctx.task_overrides)
     rows = []
     for index in range(spec.start, spec.stop):
         rng = instance_rng(spec.seed, task.key, spec.target_length, index)
+        shared = {"context_rng": context_rng(spec.seed, task.context_group, spec.target_length, index)} \
+            if task.context_group else {}
         draft = task.generate(
             ctx, task.params, target_length=spec.target_length,
-            max_new_tokens=output_budget(task, ctx.fmt, spec.target_length), rng=rng, index=index,
+            max_new_tokens=output_budget(task, ctx.fmt, spec.target_length), rng=rng, index=index, **shared,
         )
         rows.append(make_instance(task, draft, ctx, target_length=spec.target_length, seed=spec.seed,
                                   shard_index=spec.shard_index, index=index).to_row())
@@ -150,6 +155,21 @@ def infer(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None
     return ran
 
 
+def schedule_shards(paths: list[str]) -> list[str]:
+    """Instance shards in engine order: the shards of tasks that share contexts (same context group, length
+    and shard index, so the same instance indices) next to each other, so prompts with one context reach
+    the engine in the same or adjacent batches and vLLM's prefix cache computes the context once."""
+    from longeval.tasks import TASKS
+
+    def key(path: str) -> tuple:
+        family, task, length, seed, index = path.rsplit("/", 1)[-1].removesuffix(".parquet").split(".")
+        spec = TASKS.get(f"{family}/{task}")
+        group = (spec.context_group if spec else "") or f"{family}/{task}"
+        return group, int(length[1:]), seed, index, task
+
+    return sorted(paths, key=key)
+
+
 def _infer_pool(cfg: Config, pool: Pool, todo: pa.Table, root: RunRoot, model_path: str, progress) -> int:
     import ray
 
@@ -171,7 +191,7 @@ def _infer_pool(cfg: Config, pool: Pool, todo: pa.Table, root: RunRoot, model_pa
         return too_long.num_rows
     fs, paths = root.stage_files("instances")
     lengths = {f".L{n}." for n in pool.lengths}
-    paths = [p for p in paths if any(tag in p.rsplit("/", 1)[-1] for tag in lengths)]
+    paths = schedule_shards([p for p in paths if any(tag in p.rsplit("/", 1)[-1] for tag in lengths)])
     # One block per instance shard, so the engine gets small bundles; each actor writes its predictions
     # batch by batch, so a crash loses only the batch in flight.
     ds = ray.data.read_parquet(paths, filesystem=fs, override_num_blocks=len(paths),
@@ -266,14 +286,20 @@ def report(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> RunRes
     lengths = length_table(summary)
     head = headline(lengths, threshold=cfg.suite.effective_threshold)
     curve = cumulative(scores)
-    for name, table in (("tasks", summary), ("lengths", lengths), ("headline", head), ("cumulative", curve)):
+    errors = error_table(scores)
+    tables = {"tasks": summary, "lengths": lengths, "headline": head, "cumulative": curve, "errors": errors}
+    if "sync" in set(summary["family"].to_pylist()):
+        from longeval.tasks.sync import LADDER
+
+        tables["sync_ladder"] = ladder(summary, LADDER)
+    for name, table in tables.items():
         root.write_table("summary", name, table)
         sink = pa.BufferOutputStream()
         pacsv.write_csv(table, sink)
         root.write_text(f"summary/{name}.csv", sink.getvalue().to_pybytes().decode("utf-8"))
-    root.write_json("summary.json", {"tasks": summary.to_pylist(), "lengths": lengths.to_pylist(),
-                                     "headline": head.to_pylist(), "cumulative": curve.to_pylist()})
-    return RunResult(root=root.uri, summary=summary, lengths=lengths, headline=head)
+    root.write_json("summary.json", {name: table.to_pylist() for name, table in tables.items()})
+    return RunResult(root=root.uri, summary=summary, lengths=lengths, headline=head, errors=errors,
+                     ladder=tables.get("sync_ladder"))
 
 
 # -- provenance -------------------------------------------------------------------------------------
@@ -426,7 +452,8 @@ def _check_same_config(cfg: Config, root: RunRoot) -> None:
 
     old = OmegaConf.create(root.read_text("config.yaml"))
     for key in ("model.path", "model.chat_template", "model.answer_prefix", "model.reasoning", "model.system_prompt",
-                "suite.seed", "suite.data.essay_dir", "suite.data.squad_path", "suite.data.hotpotqa_path"):
+                "suite.seed", "suite.params", "suite.data.essay_dir", "suite.data.squad_path",
+                "suite.data.hotpotqa_path"):
         was, now = OmegaConf.select(old, key), OmegaConf.select(OmegaConf.structured(cfg), key)
         if was != now:
             raise ConfigError(

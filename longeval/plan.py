@@ -63,7 +63,7 @@ def make_plan(cfg: Config) -> Plan:
     data = suite.data
     shards: list[ShardSpec] = []
     for name in suite.tasks:
-        spec = get_task(name)
+        spec = get_task(name, suite.params)
         for need in spec.needs:
             if not getattr(data, need):
                 raise ConfigError(

@@ -230,3 +230,33 @@ def test_cumulative_scores_are_pointwise_and_up_to_each_length():
         ("t", 4096, 3, 66.67, 5, 60.0),  # the null score counts as 0
         ("u", 1024, 1, 50.0, 1, 50.0),
     ]
+
+
+def test_error_table_counts_each_kind_of_failure_per_task_and_length():
+    from longeval.aggregate import error_table
+
+    rows = score_rows([0, 0, 0, 1, 0], error_types=["invalid_path", "invalid_path", "no_answer", "", "null"],
+                      task="shortest_path")
+    rows += score_rows([1, 1], task="shortest_path", target_length=8192)
+    got = error_table(pa.Table.from_pylist(rows, schema=SCORE_SCHEMA)).to_pylist()
+    assert [(r["error_type"], r["count"], r["n"], r["share"]) for r in got] == [
+        ("invalid_path", 2, 5, 40.0), ("no_answer", 1, 5, 20.0), ("null", 1, 5, 20.0),
+    ]
+    assert {r["target_length"] for r in got} == {4096}  # a length without failures has no rows
+
+
+def test_ladder_puts_the_tasks_of_one_context_side_by_side():
+    from longeval.aggregate import ladder
+    from longeval.tasks.sync import LADDER
+
+    rows = []
+    for task, value in (("connected_nodes", 1.0), ("shortest_path", 0.5), ("longest_path", 0.0),
+                        ("single_hop_translation", 1.0), ("niah_single_1", 1.0)):
+        rows += score_rows([value], task=task)
+    got = ladder(summarise(pa.Table.from_pylist(rows, schema=SCORE_SCHEMA)), LADDER).to_pylist()
+    assert got == [
+        {"model_id": "m", "domain": "graph", "target_length": 4096, "retrieval": 100.0, "tracking": 50.0,
+         "global": 0.0},
+        {"model_id": "m", "domain": "translation", "target_length": 4096, "retrieval": 100.0, "tracking": None,
+         "global": None},
+    ]

@@ -67,3 +67,28 @@ def test_saved_config_hides_credentials():
     text = to_yaml(cfg)
     assert "hf_secret_value" not in text and "HF_TOKEN: '***'" in text
     assert "VLLM_LOGGING_LEVEL: INFO" in text
+
+
+def test_task_parameters_are_overridden_by_family_task_and_key():
+    from longeval.tasks import get_task
+
+    cfg = load_config(["+suite.params.ruler.num_needle_v=2", "+suite.params.niah_multivalue.max_new_tokens=64",
+                       "+suite.params.vt.num_hops=2"])
+    multivalue = get_task("niah_multivalue", cfg.suite.params)
+    assert multivalue.params.num_needle_v == 2 and multivalue.max_new_tokens == 64
+    assert get_task("vt", cfg.suite.params).params.num_hops == 2
+    assert get_task("niah_multivalue").params.num_needle_v == 4  # the registry itself is untouched
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("+suite.params.vt.num_hopz=2", "ruler/vt has no parameter 'num_hopz'; its parameters: num_chains"),
+    ("+suite.params.sync.cot=false", "suite.params.sync names no family or task of this suite"),
+])
+def test_bad_task_parameter_names_the_fields(override, expected):
+    with pytest.raises(ConfigError, match=expected):
+        load_config([override])
+
+
+def test_family_parameter_that_no_task_has_is_refused():
+    with pytest.raises(ConfigError, match="no ruler task of this suite has 'num_needlez'"):
+        load_config(["+suite.params.ruler.num_needlez=2"])

@@ -13,7 +13,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["format_length", "render_results"]
+__all__ = ["format_length", "render_errors", "render_ladder", "render_results"]
 
 _MISSING = "–"
 
@@ -111,3 +111,30 @@ def _headline_line(row: dict | None, tasks: dict[str, dict[int, dict]]) -> Text:
 
 def _score_cell(score: float | None) -> str:
     return _MISSING if score is None else f"{score:.2f}"
+
+
+def render_ladder(ladder: pa.Table) -> Table:
+    """Scores of the tasks that share one context, rung by rung (SYNC: retrieval, tracking, global)."""
+    rungs = [c for c in ladder.column_names if c not in ("model_id", "domain", "target_length")]
+    table = Table(title="same context, harder questions (SYNC)", title_justify="left")
+    for col in ("model", "domain", "length", *rungs):
+        table.add_column(col, justify="right" if col in (*rungs, "length") else "left")
+    for row in ladder.to_pylist():
+        table.add_row(row["model_id"], row["domain"], format_length(row["target_length"]),
+                      *[_score_cell(row[r]) for r in rungs])
+    return table
+
+
+def render_errors(errors: pa.Table) -> Table:
+    """How answers failed, per task and length: counts and shares of each kind (SYNC's Table 5)."""
+    kinds = sorted(set(errors["error_type"].to_pylist()))
+    cells: dict[tuple, dict[str, dict]] = defaultdict(dict)
+    for row in errors.to_pylist():
+        cells[(row["model_id"], row["task"], row["target_length"])][row["error_type"]] = row
+    table = Table(title="kinds of failure (% of instances)", title_justify="left")
+    for col in ("model", "task", "length", *kinds):
+        table.add_column(col, justify="left" if col in ("model", "task") else "right")
+    for (model_id, task, length), by_kind in sorted(cells.items()):
+        table.add_row(model_id, task, format_length(length),
+                      *[f"{by_kind[k]['share']:.1f}" if k in by_kind else _MISSING for k in kinds])
+    return table

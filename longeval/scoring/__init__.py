@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 from longeval.errors import ConfigError, LongevalError
 from longeval.records import Instance, Prediction, Score
+from longeval.scoring.judgement import Judge, Judgement
 from longeval.scoring.string_match import (
     postprocess_prediction,
     string_match_all,
@@ -20,6 +21,8 @@ from longeval.scoring.string_match import (
 
 __all__ = [
     "METRICS",
+    "Judge",
+    "Judgement",
     "MAX_PARSED_ANSWER_CHARS",
     "score_prediction",
     "postprocess_prediction",
@@ -48,10 +51,11 @@ def score_prediction(instance: Instance, prediction: Prediction) -> Score:
         LongevalError: the prediction belongs to a different instance (a broken join upstream).
     """
     metric = METRICS.get(instance.metric)
-    if metric is None:
+    judge = None if metric else _judges().get(instance.metric)
+    if metric is None and judge is None:
         raise ConfigError(
             f"instance {instance.instance_id} uses unknown metric {instance.metric!r}; "
-            f"known: {', '.join(sorted(METRICS))}"
+            f"known: {', '.join(sorted([*METRICS, *_judges()]))}"
         )
     if prediction.instance_id != instance.instance_id:
         raise LongevalError(
@@ -59,8 +63,9 @@ def score_prediction(instance: Instance, prediction: Prediction) -> Score:
             "join predictions to instances on instance_id"
         )
 
+    meta = _meta(instance)
     output = prediction.output
-    if _is_reasoning(instance):
+    if meta.get("reasoning") is True:
         output = strip_reasoning(output)
     answer = postprocess_prediction(output)
 
@@ -70,6 +75,10 @@ def score_prediction(instance: Instance, prediction: Prediction) -> Score:
         value, error_type = 0.0, "engine_error"
     elif not answer:
         value, error_type = 0.0, "null"
+    elif judge is not None:
+        judgement = judge(answer, instance.references, meta)
+        value, error_type = min(1.0, max(0.0, float(judgement.score))), judgement.error_type
+        answer = judgement.parsed_answer
     else:
         value, error_type = metric(answer, instance.references), ""
 
@@ -87,10 +96,17 @@ def score_prediction(instance: Instance, prediction: Prediction) -> Score:
     )
 
 
-def _is_reasoning(instance: Instance) -> bool:
-    """Whether the instance was generated for a reasoning model (its `meta` says `"reasoning": true`)."""
+def _judges() -> dict[str, Judge]:
+    """Task-specific scorers that read the instance's meta (SYNC, Michelangelo), by metric name."""
+    from longeval.tasks import JUDGES
+
+    return JUDGES
+
+
+def _meta(instance: Instance) -> dict:
+    """The instance's task-specific JSON (the generator wrote it; a broken one is a data fault)."""
     if not instance.meta:
-        return False
+        return {}
     try:
         meta = json.loads(instance.meta)
     except json.JSONDecodeError as exc:
@@ -102,4 +118,4 @@ def _is_reasoning(instance: Instance) -> bool:
             f"instance {instance.instance_id} has meta {instance.meta[:80]!r}, expected a JSON object; "
             "regenerate the instances"
         )
-    return meta.get("reasoning") is True
+    return meta

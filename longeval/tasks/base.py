@@ -40,6 +40,7 @@ class GenContext:
     fmt: PromptFormat = field(default_factory=PromptFormat)
     data: DataPaths = field(default_factory=DataPaths)
     cache: dict[Any, Any] = field(default_factory=dict)  # per-process: encoded corpora, parsed data
+    task_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # the suite's `params`
 
     def cached(self, key: Any, build: Callable[[], Any]) -> Any:
         if key not in self.cache:
@@ -99,6 +100,13 @@ class TaskSpec:
     metric: str
     max_new_tokens: int
     needs: tuple[str, ...] = ()  # DataPaths fields this task reads
+    budget: Callable[[Any], int] | None = None
+    """The output budget as a function of the params (SYNC: larger with chain-of-thought), used when the
+    suite changes the params; None keeps `max_new_tokens`."""
+    context_group: str = ""
+    """Tasks that share one context per (seed, length, index), e.g. SYNC's three graph tasks: their
+    generators get the same `context_rng`, and their instances the same `context_id`, so the engine can
+    schedule them together and compute the shared prefix once."""
 
     @property
     def key(self) -> str:
@@ -109,6 +117,11 @@ def instance_rng(seed: int, task_key: str, target_length: int, index: int) -> np
     """Randomness derived per instance, so any sharding gives the same instances."""
     task_hash = int.from_bytes(hashlib.sha256(task_key.encode()).digest()[:8], "little")
     return np.random.default_rng([seed, task_hash, target_length, index])
+
+
+def context_rng(seed: int, group: str, target_length: int, index: int) -> np.random.Generator:
+    """The randomness of a shared context: the same for every task of the group at (seed, length, index)."""
+    return instance_rng(seed, f"context:{group}", target_length, index)
 
 
 def context_budget(frame: Frame, target_length: int, max_new_tokens: int) -> int:
@@ -156,10 +169,11 @@ def make_instance(
     meta.update(params=asdict(spec.params), reasoning=ctx.fmt.reasoning, prompt_format=asdict(ctx.fmt))
     return Instance(
         instance_id=content_id(spec.key, asdict(spec.params), GENERATOR_VERSION, target_length, seed, index,
-                               ctx.encoder.fingerprint, asdict(ctx.fmt), ctx.data_id),
+                               ctx.encoder.fingerprint, asdict(ctx.fmt), ctx.data_id, max_new),
         family=spec.family,
         task=spec.name,
-        context_id=draft.context_id or content_id(spec.key, target_length, seed, index, "context"),
+        context_id=draft.context_id or content_id(spec.context_group or spec.key, target_length, seed, index,
+                                                  ctx.encoder.fingerprint, asdict(ctx.fmt), "context"),
         target_length=target_length,
         input_tokens=input_tokens,
         depth=float(draft.depth),

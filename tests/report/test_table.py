@@ -115,3 +115,22 @@ def test_render_missing_cell_and_several_models() -> None:
     assert text.index("model-a · ruler") < text.index("model-b · ruler")
     assert row_cells(text, "fwe") == ["fwe", "–", "100.00", "0"]
     assert "effective length 8K (> 85.6)" in text
+
+
+def test_errors_and_ladder_render_every_kind_and_rung():
+    from longeval.report.table import render_errors, render_ladder
+
+    errors = pa.Table.from_pylist([
+        {"model_id": "m", "family": "sync", "task": "shortest_path", "target_length": 4096,
+         "error_type": "invalid_path", "count": 2, "n": 4, "share": 50.0},
+        {"model_id": "m", "family": "sync", "task": "shortest_path", "target_length": 4096,
+         "error_type": "no_answer", "count": 1, "n": 4, "share": 25.0},
+    ])
+    ladder = pa.Table.from_pylist([{"model_id": "m", "domain": "graph", "target_length": 4096,
+                                    "retrieval": 75.0, "tracking": 25.0, "global": None}])
+    console = Console(width=200, record=True)
+    console.print(render_errors(errors))
+    console.print(render_ladder(ladder))
+    text = console.export_text()
+    assert "invalid_path" in text and "50.0" in text and "25.0" in text and "no_answer" in text
+    assert "retrieval" in text and "75.00" in text and "4K" in text
