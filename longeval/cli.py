@@ -34,6 +34,9 @@ def _print_results(result) -> None:
         console.print(render_ladder(result.ladder))
     if result.errors is not None and result.errors.num_rows:
         console.print(render_errors(result.errors))
+    if result.chance is not None and result.chance.num_rows:
+        console.print("chance rates, what guessing scores (ours / the paper's Appendix B): " + ", ".join(
+            f"{r['task']} {r['chance']:.1f} / {r['paper']:.1f}" for r in result.chance.to_pylist()))
     console.print(f"results: {result.root}  (summary/tasks.csv, summary/lengths.csv, summary/headline.csv, "
                   "scores/, predictions/, instances/)")
 

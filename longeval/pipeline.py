@@ -30,6 +30,9 @@ from longeval.store import RunRoot
 log = logging.getLogger(__name__)
 
 STAGES = ("generate", "infer", "score", "report")
+SLICE_BY = ("model_id", "family", "task", "complexity", "target_length")
+"""Scores per instance configuration: SYNC's node and language counts, Michelangelo's complexity and IDK's
+known/unknown answers."""
 META_COLUMNS = ["instance_id", "family", "task", "target_length", "input_tokens", "max_new_tokens", "depth"]
 
 
@@ -41,6 +44,7 @@ class RunResult:
     headline: pa.Table | None
     errors: pa.Table | None = None
     ladder: pa.Table | None = None
+    chance: pa.Table | None = None
 
 
 # -- generate ---------------------------------------------------------------------------------------
@@ -288,10 +292,20 @@ def report(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> RunRes
     curve = cumulative(scores)
     errors = error_table(scores)
     tables = {"tasks": summary, "lengths": lengths, "headline": head, "cumulative": curve, "errors": errors}
-    if "sync" in set(summary["family"].to_pylist()):
+    families = set(summary["family"].to_pylist())
+    if "complexity" in scores.column_names:
+        labelled = scores.filter(pc.not_equal(pc.fill_null(scores["complexity"], ""), ""))
+        if labelled.num_rows:
+            tables["slices"] = summarise(labelled, by=SLICE_BY)
+    if "sync" in families:
         from longeval.tasks.sync import LADDER
 
         tables["sync_ladder"] = ladder(summary, LADDER)
+    if "michelangelo" in families:
+        from longeval.tasks.michelangelo.chance import chance_table
+
+        tables["chance"] = chance_table(sorted(set(summary.filter(
+            pc.equal(summary["family"], "michelangelo"))["task"].to_pylist())))
     for name, table in tables.items():
         root.write_table("summary", name, table)
         sink = pa.BufferOutputStream()
@@ -299,7 +313,7 @@ def report(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> RunRes
         root.write_text(f"summary/{name}.csv", sink.getvalue().to_pybytes().decode("utf-8"))
     root.write_json("summary.json", {name: table.to_pylist() for name, table in tables.items()})
     return RunResult(root=root.uri, summary=summary, lengths=lengths, headline=head, errors=errors,
-                     ladder=tables.get("sync_ladder"))
+                     ladder=tables.get("sync_ladder"), chance=tables.get("chance"))
 
 
 # -- provenance -------------------------------------------------------------------------------------

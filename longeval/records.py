@@ -119,7 +119,8 @@ PREDICTION_SCHEMA = pa.schema(
 
 @dataclass(frozen=True)
 class Score:
-    """One scored instance. Group columns (task, length, depth) are copied in so summaries are group-bys."""
+    """One scored instance. Group columns (task, length, depth, complexity) are copied in so summaries are
+    group-bys."""
 
     instance_id: str
     model_id: str
@@ -132,6 +133,7 @@ class Score:
     parsed_answer: str
     error_type: str  # "" | "null" (empty output) | "prompt_too_long" | "engine_error"
     extra: dict[str, float] = field(default_factory=dict)
+    complexity: str = ""  # the instance's configuration label (SYNC "nodes=15", Michelangelo "ops=5", ...)
 
     def to_row(self) -> dict[str, Any]:
         row = asdict(self)
@@ -152,5 +154,6 @@ SCORE_SCHEMA = pa.schema(
         ("parsed_answer", pa.string()),
         ("error_type", pa.string()),
         ("extra", pa.string()),
+        ("complexity", pa.string()),
     ]
 )

@@ -93,6 +93,7 @@ def score_prediction(instance: Instance, prediction: Prediction) -> Score:
         score=value,
         parsed_answer=answer[:MAX_PARSED_ANSWER_CHARS],
         error_type=error_type,
+        complexity=instance.complexity,
     )
 
 

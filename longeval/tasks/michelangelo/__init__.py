@@ -1,0 +1,46 @@
+"""Michelangelo (Vodrahalli et al., 2024, "Michelangelo: Long Context Evaluations Beyond Haystacks via
+Latent Structure Queries"): three tasks whose answer depends on a latent structure hidden in the context.
+
+- `latent_list` (§2.1): a Python list updated by a few relevant operations among filler that cancels out.
+- `mrcr` (§2.2): reproduce the k-th of several writings of one format and topic from a long conversation.
+- `idk` (§2.3): answer "I don't know" when the story does not say, and only then.
+
+Output budgets: Latent List answers a number or a short list (at most 26 values, about 110 tokens
+with one-digit tokenizers) → 128; MRCR must reproduce a whole writing, the paper's up to 512 tokens
+(ours are at most about 200; longer harvested ones are never asked) → 512; IDK needs a letter, or the
+sentence that says the context does not tell, and room for a model that explains first → 128.
+"""
+
+from __future__ import annotations
+
+from longeval.scoring.judgement import Judge
+from longeval.tasks.base import TaskSpec
+from longeval.tasks.michelangelo import idk, latent_list, mrcr
+from longeval.tasks.michelangelo.idk import IdkParams, score_idk
+from longeval.tasks.michelangelo.latent_list import LatentListParams, score_latent_list
+from longeval.tasks.michelangelo.mrcr import MrcrParams, score_mrcr
+
+__all__ = [
+    "MICHELANGELO_SCORERS",
+    "MICHELANGELO_TASKS",
+    "IdkParams",
+    "LatentListParams",
+    "MrcrParams",
+    "score_idk",
+    "score_latent_list",
+    "score_mrcr",
+]
+
+MICHELANGELO_TASKS: tuple[TaskSpec, ...] = (
+    TaskSpec("michelangelo", "latent_list", LatentListParams(), latent_list.generate, "michelangelo_latent_list",
+             128),
+    TaskSpec("michelangelo", "mrcr", MrcrParams(), mrcr.generate, "michelangelo_mrcr", 512),
+    TaskSpec("michelangelo", "idk", IdkParams(), idk.generate, "michelangelo_idk", 128),
+)
+
+MICHELANGELO_SCORERS: dict[str, Judge] = {
+    "michelangelo_latent_list": score_latent_list,
+    "michelangelo_mrcr": score_mrcr,
+    "michelangelo_idk": score_idk,
+}
+"""Scorers by metric name (each reads the instance's meta)."""
