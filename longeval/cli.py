@@ -26,7 +26,7 @@ def _progress() -> Progress:
 
 
 def _print_results(result) -> None:
-    from longeval.report.table import render_errors, render_ladder, render_results
+    from longeval.report.table import render_breakdown, render_errors, render_ladder, render_results
 
     if result.summary is not None and result.summary.num_rows:
         console.print(render_results(result.summary, result.lengths, result.headline))
@@ -34,6 +34,8 @@ def _print_results(result) -> None:
         console.print(render_ladder(result.ladder))
     if result.errors is not None and result.errors.num_rows:
         console.print(render_errors(result.errors))
+    if result.breakdown is not None and result.breakdown.num_rows:
+        console.print(render_breakdown(result.breakdown))
     if result.chance is not None and result.chance.num_rows:
         console.print("chance rates, what guessing scores (ours / the paper's Appendix B): " + ", ".join(
             f"{r['task']} {r['chance']:.1f} / {r['paper']:.1f}" for r in result.chance.to_pylist()))

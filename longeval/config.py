@@ -52,6 +52,8 @@ class DataConfig:
     """SQuAD v2.0 dev JSON for ruler/qa_1."""
     hotpotqa_path: str | None = None
     """HotpotQA dev (distractor) JSON for ruler/qa_2."""
+    longbench_v2_path: str | None = None
+    """LongBench v2 data.json (or JSONL / Parquet), local or s3://, for longbench_v2."""
 
 
 @dataclass

@@ -45,6 +45,7 @@ class RunResult:
     errors: pa.Table | None = None
     ladder: pa.Table | None = None
     chance: pa.Table | None = None
+    breakdown: pa.Table | None = None
 
 
 # -- generate ---------------------------------------------------------------------------------------
@@ -148,7 +149,17 @@ def pending_predictions(root: RunRoot) -> tuple[pa.Table, set[str]]:
 
 
 def infer(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None) -> int:
-    """Run every instance without a final prediction through its length bucket's engine pool."""
+    """Run every instance without a final prediction through its length bucket's engine pool, then the
+    second calls of two-call tasks (`longeval.followup`) until every chain is complete."""
+    from longeval.followup import write_followups
+
+    ran = _infer_round(cfg, plan, root, model_path, progress)
+    while write_followups(cfg, root, model_path):
+        ran += _infer_round(cfg, plan, root, model_path, progress)
+    return ran
+
+
+def _infer_round(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None) -> int:
     meta, done = pending_predictions(root)
     todo = meta.filter(pa.array([i not in done for i in meta["instance_id"].to_pylist()], pa.bool_()))
     ran = 0
@@ -239,8 +250,13 @@ def score(cfg: Config, root: RunRoot) -> pa.Table:
     """Score every prediction (cheap, so always all of them) and write one scores table."""
     import ray
 
+    from longeval.followup import parents_with_followups
+
     columns = [n for n in INSTANCE_SCHEMA.names if n not in ("prompt", "prompt_token_ids")]
     instances = root.read_stage("instances", INSTANCE_SCHEMA, columns=columns)
+    chained = parents_with_followups(instances)  # first calls of complete chains: only the last call counts
+    if chained:
+        instances = instances.filter(pc.invert(pc.is_in(instances["instance_id"], value_set=pa.array(list(chained)))))
     preds = _latest(root.read_stage("predictions", PREDICTION_SCHEMA))
     joined = _join(instances, preds)
     if joined.num_rows == 0:
@@ -301,6 +317,8 @@ def report(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> RunRes
         from longeval.tasks.sync import LADDER
 
         tables["sync_ladder"] = ladder(summary, LADDER)
+    if "longbench_v2" in families:
+        tables["longbench_v2"] = longbench_breakdown(root, scores)
     if "michelangelo" in families:
         from longeval.tasks.michelangelo.chance import chance_table
 
@@ -313,7 +331,25 @@ def report(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> RunRes
         root.write_text(f"summary/{name}.csv", sink.getvalue().to_pybytes().decode("utf-8"))
     root.write_json("summary.json", {name: table.to_pylist() for name, table in tables.items()})
     return RunResult(root=root.uri, summary=summary, lengths=lengths, headline=head, errors=errors,
-                     ladder=tables.get("sync_ladder"), chance=tables.get("chance"))
+                     ladder=tables.get("sync_ladder"), chance=tables.get("chance"),
+                     breakdown=tables.get("longbench_v2"))
+
+
+def longbench_breakdown(root: RunRoot, scores: pa.Table) -> pa.Table:
+    """LongBench v2's Table 2 per model: overall, easy/hard, short/medium/long and per domain, with the
+    compensated accuracy of its Table 5; the item fields come from the instances' meta."""
+    from longeval.tasks.longbench_v2 import breakdown
+
+    instances = root.read_stage("instances", INSTANCE_SCHEMA, columns=["instance_id", "family", "meta"])
+    mine = instances.filter(pc.equal(instances["family"], "longbench_v2"))
+    meta = dict(zip(mine["instance_id"].to_pylist(), mine["meta"].to_pylist(), strict=True))
+    rows: dict[str, list[dict]] = {}
+    for row in scores.filter(pc.equal(scores["family"], "longbench_v2")).to_pylist():
+        rows.setdefault(row["model_id"], []).append({**row, "meta": meta.get(row["instance_id"], "{}")})
+    out = [{"model_id": model_id, **entry} for model_id in sorted(rows) for entry in breakdown(rows[model_id])]
+    return pa.Table.from_pylist(out, schema=pa.schema([
+        ("model_id", pa.string()), ("split", pa.string()), ("group", pa.string()), ("n", pa.int64()),
+        ("accuracy", pa.float64()), ("compensated_accuracy", pa.float64()), ("invalid_rate", pa.float64())]))
 
 
 # -- provenance -------------------------------------------------------------------------------------
@@ -467,7 +503,7 @@ def _check_same_config(cfg: Config, root: RunRoot) -> None:
     old = OmegaConf.create(root.read_text("config.yaml"))
     for key in ("model.path", "model.chat_template", "model.answer_prefix", "model.reasoning", "model.system_prompt",
                 "suite.seed", "suite.params", "suite.data.essay_dir", "suite.data.squad_path",
-                "suite.data.hotpotqa_path"):
+                "suite.data.hotpotqa_path", "suite.data.longbench_v2_path"):
         was, now = OmegaConf.select(old, key), OmegaConf.select(OmegaConf.structured(cfg), key)
         if was != now:
             raise ConfigError(

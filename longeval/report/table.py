@@ -13,7 +13,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["format_length", "render_errors", "render_ladder", "render_results"]
+__all__ = ["format_length", "render_breakdown", "render_errors", "render_ladder", "render_results"]
 
 _MISSING = "–"
 
@@ -137,4 +137,16 @@ def render_errors(errors: pa.Table) -> Table:
     for (model_id, task, length), by_kind in sorted(cells.items()):
         table.add_row(model_id, task, format_length(length),
                       *[f"{by_kind[k]['share']:.1f}" if k in by_kind else _MISSING for k in kinds])
+    return table
+
+
+def render_breakdown(breakdown: pa.Table) -> Table:
+    """LongBench v2's Table 2 layout: overall, by difficulty, by length, by domain; accuracy and the
+    compensated accuracy of its Table 5 (an unparseable answer counts as a 0.25 guess)."""
+    table = Table(title="LongBench v2 (accuracy / compensated, % invalid)", title_justify="left")
+    for col in ("model", "split", "group", "n", "accuracy", "compensated", "invalid"):
+        table.add_column(col, justify="right" if col in ("n", "accuracy", "compensated", "invalid") else "left")
+    for row in breakdown.to_pylist():
+        table.add_row(row["model_id"], row["split"], row["group"], str(row["n"]), _score_cell(row["accuracy"]),
+                      _score_cell(row["compensated_accuracy"]), _score_cell(row["invalid_rate"]))
     return table

@@ -14,12 +14,15 @@ from typing import Any
 from longeval.errors import ConfigError, UnknownTaskError
 from longeval.scoring.judgement import Judge
 from longeval.tasks.base import TaskSpec
+from longeval.tasks.longbench_v2 import LONGBENCH_V2_SCORERS, LONGBENCH_V2_TASKS
 from longeval.tasks.michelangelo import MICHELANGELO_SCORERS, MICHELANGELO_TASKS
 from longeval.tasks.ruler import RULER_TASKS
 from longeval.tasks.sync import SYNC_SCORERS, SYNC_TASKS
 
-TASKS: dict[str, TaskSpec] = {spec.key: spec for spec in (*RULER_TASKS, *SYNC_TASKS, *MICHELANGELO_TASKS)}
-JUDGES: dict[str, Judge] = {**SYNC_SCORERS, **MICHELANGELO_SCORERS}
+TASKS: dict[str, TaskSpec] = {
+    spec.key: spec for spec in (*RULER_TASKS, *SYNC_TASKS, *MICHELANGELO_TASKS, *LONGBENCH_V2_TASKS)
+}
+JUDGES: dict[str, Judge] = {**SYNC_SCORERS, **MICHELANGELO_SCORERS, **LONGBENCH_V2_SCORERS}
 """Scorers that need the instance's meta, by metric name (RULER's string matches live in `scoring`)."""
 
 BUDGET_KEY = "max_new_tokens"

@@ -25,11 +25,12 @@ GENERATOR_VERSION = "1"
 
 @dataclass(frozen=True)
 class DataPaths:
-    """User-supplied data for tasks that need it (RULER QA reads SQuAD and HotpotQA)."""
+    """User-supplied data for tasks that need it (RULER QA reads SQuAD and HotpotQA; LongBench v2 its file)."""
 
     essay_dir: str | None = None
     squad_path: str | None = None
     hotpotqa_path: str | None = None
+    longbench_v2_path: str | None = None
 
 
 @dataclass
@@ -83,7 +84,7 @@ def data_fingerprint(data: DataPaths) -> str:
     from longeval.text.corpus import load_essays
 
     h = hashlib.sha256(load_essays(data.essay_dir).fingerprint.encode())
-    for path in (data.squad_path, data.hotpotqa_path):
+    for path in (data.squad_path, data.hotpotqa_path, data.longbench_v2_path):
         file = Path(path).expanduser() if path else None
         h.update(hashlib.sha256(file.read_bytes()).digest() if file and file.is_file() else b"-")
     return h.hexdigest()[:16]
@@ -103,6 +104,10 @@ class TaskSpec:
     budget: Callable[[Any], int] | None = None
     """The output budget as a function of the params (SYNC: larger with chain-of-thought), used when the
     suite changes the params; None keeps `max_new_tokens`."""
+    followup: Callable[..., Draft] | None = None
+    """Builds a second call from the first call's output (LongBench v2's CoT answer call); instances that
+    need one carry `"followup": true` in their meta (see `longeval.followup`)."""
+    followup_budget: int = 0
     context_group: str = ""
     """Tasks that share one context per (seed, length, index), e.g. SYNC's three graph tasks: their
     generators get the same `context_rng`, and their instances the same `context_id`, so the engine can

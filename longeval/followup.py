@@ -1,0 +1,87 @@
+"""Two-call tasks: the second call's instances, built from the first call's outputs.
+
+LongBench v2's chain-of-thought setting (its Appendix D.3) asks twice: first for the reasoning, then for the
+answer with that reasoning quoted. A task opts in with `TaskSpec.followup` and marks the first-call instances
+with `"followup": true` in their meta. After each inference round the pipeline writes a follow-up instance
+for every marked instance that has a final prediction and no follow-up yet, and infers again; only the last
+call of a chain is scored, so every item counts once. A first call that could not be sent (prompt too long)
+gets a follow-up that is recorded as failed the same way, never dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import defaultdict
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from longeval.config import Config
+from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, Instance, Prediction, content_id
+from longeval.store import RunRoot
+
+PARENT_KEY = "parent_id"
+FOLLOWUP_KEY = "followup"
+
+
+def followup_id(parent_id: str) -> str:
+    return content_id(parent_id, "followup")
+
+
+def parents_with_followups(instances: pa.Table) -> set[str]:
+    """Ids of first calls whose follow-up instance exists: they are intermediate, not scored."""
+    if "meta" not in instances.column_names:
+        return set()
+    found = set()
+    for meta in pc.filter(instances["meta"], pc.match_substring(instances["meta"], f'"{PARENT_KEY}"')).to_pylist():
+        found.add(json.loads(meta)[PARENT_KEY])
+    return found
+
+
+def write_followups(cfg: Config, root: RunRoot, model_path: str) -> int:
+    """Write the missing follow-up instances (and the failures of unsent first calls); returns how many."""
+    from longeval.pipeline import make_context
+    from longeval.tasks import get_task
+    from longeval.tasks.base import make_instance
+
+    instances = root.read_stage("instances", INSTANCE_SCHEMA)
+    marked = instances.filter(pc.match_substring(instances["meta"], f'"{FOLLOWUP_KEY}": true'))
+    if marked.num_rows == 0:
+        return 0
+    done = set(instances["instance_id"].to_pylist())
+    preds = root.read_stage("predictions", PREDICTION_SCHEMA)
+    final = {p["instance_id"]: p for p in preds.to_pylist() if not p["error"].startswith("engine_error")}
+    ctx = make_context(cfg, model_path)
+    shards: dict[str, list[dict]] = defaultdict(list)
+    failed: list[dict] = []
+    for row in marked.to_pylist():
+        parent = Instance.from_row(row)
+        child_id = followup_id(parent.instance_id)
+        pred = final.get(parent.instance_id)
+        if child_id in done or pred is None:
+            continue
+        spec = get_task(f"{parent.family}/{parent.task}", cfg.suite.params)
+        second = dataclasses.replace(spec, max_new_tokens=spec.followup_budget)
+        meta = json.loads(parent.meta)
+        sent = not pred["error"]
+        draft = spec.followup(ctx, spec.params, meta, pred["output"] if sent else "",
+                              target_length=parent.target_length, max_new_tokens=second.max_new_tokens)
+        draft = dataclasses.replace(draft, meta={**draft.meta, FOLLOWUP_KEY: False, PARENT_KEY: parent.instance_id})
+        child = make_instance(second, draft, ctx, target_length=parent.target_length, seed=parent.seed,
+                              shard_index=parent.shard_index, index=parent.index)
+        child = dataclasses.replace(child, instance_id=child_id, context_id=child_id)
+        shard = f"{parent.family}.{parent.task}.L{parent.target_length}.s{parent.seed}.{parent.shard_index:05d}"
+        shards[shard].append(child.to_row())
+        if not sent:  # the chain broke at its first call: the follow-up fails the same way, unsent
+            failed.append(Prediction(instance_id=child_id, model_id=pred["model_id"], output="", output_tokens=0,
+                                     finish_reason="not_sent", cached_prompt_tokens=0, latency_s=0.0,
+                                     error=f"{pred['error'].split(':')[0]}: in the first call of the chain "
+                                           f"({pred['error']})").to_row())
+    for shard, rows in shards.items():
+        table = pa.Table.from_pylist(rows, schema=INSTANCE_SCHEMA)
+        tag = content_id(sorted(r["instance_id"] for r in rows))[:8]
+        root.write_table("instances", f"{shard}f{tag}", table)
+    if failed:
+        root.write_part("predictions", pa.Table.from_pylist(failed, schema=PREDICTION_SCHEMA))
+    return sum(len(rows) for rows in shards.values())
