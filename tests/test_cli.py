@@ -26,7 +26,8 @@ def test_plan_prints_shards_and_pools_without_running(capsys, tmp_path, smollm2_
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["suite.tasks=[niah_single_9]"], "unknown task 'niah_single_9'; known tasks: longbench_v2/longbench_v2, michelangelo/idk"),
+        (["suite.tasks=[niah_single_9]"],
+         "unknown task 'niah_single_9'; known tasks: longbench_v2/longbench_v2, michelangelo/idk"),
         (["suite=nope"], "unknown suite 'nope'; choices: longbench_v2, michelangelo"),
         (["suite.lenghts=[4096]"], "suite.lenghts"),
         (["suite.samples=many"], "suite.samples"),

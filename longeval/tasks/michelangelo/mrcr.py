@@ -34,7 +34,14 @@ from longeval.scoring.judgement import Judgement
 from longeval.tasks.base import Draft, GenContext, context_budget, draft, fit_context
 from longeval.tasks.michelangelo import prompts
 from longeval.tasks.michelangelo._units import UnitPool, fill_units, interleave, positions_among
-from longeval.tasks.michelangelo.writings import Writing, WritingPool, load_openai_pool, procedural_pool
+from longeval.tasks.michelangelo.writings import (
+    Writing,
+    WritingPool,
+    is_longeval_pool,
+    load_longeval_pool,
+    load_openai_pool,
+    procedural_pool,
+)
 from longeval.text.pieces import Piece
 
 GRADINGS = ("openai", "deepmind")
@@ -71,9 +78,10 @@ class MrcrParams:
     near_misses: int = 4
     """Writings sharing the format or the topic of the needles (half each), at every length."""
     pool_path: str | None = None
-    """openai/mrcr Parquet files (a file or a folder); None: the procedural offline pool."""
+    """openai/mrcr Parquet files (a file or a folder), or a pool written by `longeval mrcr build-pool`;
+    None: the procedural offline pool."""
     pool_revision: str | None = None
-    """The Hugging Face commit the Parquet files were downloaded at (required with pool_path)."""
+    """The Hugging Face commit the openai/mrcr files were downloaded at (required for them)."""
     pool_max_writings: int = 4000
     """How many distinct writings to harvest from the Parquet files."""
     prefix_length: int = 0
@@ -119,7 +127,9 @@ class _Encoded:
 
 def _encoded(ctx: GenContext, params: MrcrParams) -> _Encoded:
     def build() -> _Encoded:
-        if params.pool_path:
+        if params.pool_path and is_longeval_pool(params.pool_path):
+            pool = load_longeval_pool(params.pool_path)
+        elif params.pool_path:
             pool = load_openai_pool(params.pool_path, revision=params.pool_revision or "",
                                     max_writings=params.pool_max_writings)
         else:

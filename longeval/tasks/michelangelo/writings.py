@@ -403,7 +403,7 @@ def _parquet_files(path: Path) -> list[Path]:
     files = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
     if not files or not all(f.is_file() for f in files):
         raise DataFileError(
-            f"no openai/mrcr Parquet files at {str(path)!r}; set michelangelo.mrcr.pool_path to a downloaded "
+            f"no openai/mrcr Parquet files at {str(path)!r}; set suite.params.mrcr.pool_path to a downloaded "
             "copy (a folder with 2needle/, 4needle/, 8needle/ or one .parquet file)"
         )
     return files
@@ -430,7 +430,7 @@ def load_openai_pool(path: str, *, revision: str, max_writings: int = 4000) -> W
     """
     if not revision:
         raise ConfigError(
-            "michelangelo.mrcr.pool_revision is required with pool_path: the Hugging Face commit of openai/mrcr "
+            "suite.params.mrcr.pool_revision is required with pool_path: the Hugging Face commit of openai/mrcr "
             "the files were downloaded at (the data set changed on 2025-12-05)"
         )
     import pyarrow.parquet as pq
@@ -462,3 +462,37 @@ def load_openai_pool(path: str, *, revision: str, max_writings: int = 4000) -> W
         raise DataFileError(f"found no 'write a <format> about <topic>' turns in {path!r}; is it openai/mrcr?")
     few_shot = few_shot_writings()
     return WritingPool(tuple(writings.values()), f"openai/mrcr@{revision}", digest.hexdigest()[:16], few_shot)
+
+
+# -- a pool written by a model (`longeval mrcr build-pool`) ----------------------------------------
+
+LONGEVAL_POOL_KEY = b"longeval_pool"
+
+
+def is_longeval_pool(path: str) -> bool:
+    """Whether `path` is one Parquet file written by `longeval mrcr build-pool` (its schema says so)."""
+    import pyarrow.parquet as pq
+
+    file = Path(path).expanduser()
+    if not file.is_file():
+        return False
+    try:
+        metadata = pq.read_schema(file).metadata or {}
+    except Exception:  # not Parquet at all: the openai loader names the problem
+        return False
+    return LONGEVAL_POOL_KEY in metadata
+
+
+def load_longeval_pool(path: str) -> WritingPool:
+    """Writings from a `longeval mrcr build-pool` file, with its model and seed as the source."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(Path(path).expanduser())
+    info = json.loads(table.schema.metadata[LONGEVAL_POOL_KEY])
+    writings = tuple(Writing(f, t, x) for f, t, x in zip(table["format"].to_pylist(), table["topic"].to_pylist(),
+                                                        table["text"].to_pylist(), strict=True))
+    if not writings:
+        raise DataFileError(f"the MRCR pool {path!r} holds no writings; rebuild it with `longeval mrcr build-pool`")
+    digest = hashlib.sha256("\x00".join(w.text for w in writings).encode()).hexdigest()[:16]
+    return WritingPool(writings, f"longeval-pool:{info['model_id']}@seed{info['seed']}", digest,
+                       few_shot_writings())
