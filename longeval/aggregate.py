@@ -200,12 +200,13 @@ def _require_columns(table: pa.Table, columns: Sequence[str], *, what: str) -> N
         )
 
 
-def cumulative(scores: pa.Table) -> pa.Table:
+def cumulative(scores: pa.Table, weights: dict[int, float] | None = None) -> pa.Table:
     """Pointwise and cumulative scores against context length (Michelangelo §3.2, its Figures 1-8).
 
     For each model, family, task and length L: `score_at` is the mean over instances of length L and
     `score_upto` the mean over every instance of length <= L, each instance weighing the same ("up to
-    128K" in the paper's sense). Failed rows count as 0, as everywhere.
+    128K" in the paper's sense). Failed rows count as 0, as everywhere. With `weights` (length -> weight, the
+    bucket normalisation of stacked subsets, §3.2) an instance of length L weighs `weights[L]` in `score_upto`.
 
     Returns:
         Columns `model_id, family, task, target_length, n_at, score_at, n_upto, score_upto` (scores x100).
@@ -219,17 +220,18 @@ def cumulative(scores: pa.Table) -> pa.Table:
     out: dict[str, list] = {name: [] for name in
                             (*keys, "target_length", "n_at", "score_at", "n_upto", "score_upto")}
     for group in sorted(groups):
-        total, count = 0.0, 0
+        total, count, weighed = 0.0, 0, 0.0
         for length in sorted(groups[group]):
             at = groups[group][length]
-            total, count = total + sum(at), count + len(at)
+            w = (weights or {}).get(length, 1.0)
+            total, count, weighed = total + w * sum(at), count + len(at), weighed + w * len(at)
             for name, value in zip(keys, group, strict=True):
                 out[name].append(value)
             out["target_length"].append(length)
             out["n_at"].append(len(at))
             out["score_at"].append(_percent(sum(at) / len(at)))
             out["n_upto"].append(count)
-            out["score_upto"].append(_percent(total / count))
+            out["score_upto"].append(_percent(total / weighed))
     return pa.table(out, schema=pa.schema([
         *[scores.schema.field(k) for k in keys], scores.schema.field("target_length"),
         ("n_at", pa.int64()), ("score_at", pa.float64()), ("n_upto", pa.int64()), ("score_upto", pa.float64()),

@@ -68,6 +68,10 @@ class SuiteConfig:
     """Instances per shard: the unit of parallel generation and of resume."""
     effective_threshold: float = 85.6
     data: DataConfig = field(default_factory=DataConfig)
+    subsets: list[str] = field(default_factory=list)
+    """Michelangelo's stratification (§3.2): stack the "up to" subsets (`32k`, `128k`, `1m`). Each spreads
+    `samples` over the suite's lengths within its limit, counts add up per length, and the cumulative curves
+    weight a length by 1 / (subsets containing it). Empty: `samples` at every length."""
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Task parameter overrides by family, task or family/task, e.g. `suite.params.sync.cot=false`, and
     `max_new_tokens` for the output budget; names are the fields of each task's params dataclass."""
@@ -193,6 +197,12 @@ def _check(cfg: Config) -> None:
     for length in cfg.suite.lengths:
         if length < 256:
             raise ConfigError(f"suite.lengths has {length}; lengths are in tokens and must be at least 256")
+    if cfg.suite.subsets:
+        from longeval.tasks.michelangelo.stratify import SUBSETS
+
+        unknown = [s for s in cfg.suite.subsets if s.lower() not in SUBSETS]
+        if unknown:
+            raise ConfigError(f"suite.subsets has {', '.join(map(repr, unknown))}; choices: {', '.join(SUBSETS)}")
     if cfg.suite.samples < 1 or cfg.suite.shard_size < 1:
         raise ConfigError("suite.samples and suite.shard_size must be at least 1")
 

@@ -305,7 +305,12 @@ def report(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> RunRes
     summary = summarise(scores)
     lengths = length_table(summary)
     head = headline(lengths, threshold=cfg.suite.effective_threshold)
-    curve = cumulative(scores)
+    weights = None
+    if cfg.suite.subsets:  # Michelangelo's stacked subsets: each length weighs 1 / (subsets containing it)
+        from longeval.tasks.michelangelo.stratify import stacked_weights
+
+        weights = stacked_weights(cfg.suite.lengths, cfg.suite.subsets)
+    curve = cumulative(scores, weights)
     errors = error_table(scores)
     tables = {"tasks": summary, "lengths": lengths, "headline": head, "cumulative": curve, "errors": errors}
     families = set(summary["family"].to_pylist())

@@ -70,11 +70,21 @@ def make_plan(cfg: Config) -> Plan:
                     f"task {spec.key} needs suite.data.{need}; give the file path, e.g. "
                     f"suite.data.{need}=/data/file.json, or drop the task from suite.tasks"
                 )
-        for length in sorted(set(suite.lengths)):
-            for shard_index, start in enumerate(range(0, suite.samples, suite.shard_size)):
-                stop = min(suite.samples, start + suite.shard_size)
+        for length, samples in samples_per_length(cfg).items():
+            for shard_index, start in enumerate(range(0, samples, suite.shard_size)):
+                stop = min(samples, start + suite.shard_size)
                 shards.append(ShardSpec(spec.key, length, suite.seed, shard_index, start, stop))
     return Plan(shards=tuple(shards), pools=tuple(make_pools(cfg)))
+
+
+def samples_per_length(cfg: Config) -> dict[int, int]:
+    """`suite.samples` at every length, or the stacked subsets' counts (Michelangelo §3.2)."""
+    lengths = sorted(set(cfg.suite.lengths))
+    if not cfg.suite.subsets:
+        return {n: cfg.suite.samples for n in lengths}
+    from longeval.tasks.michelangelo.stratify import stacked_counts
+
+    return dict(sorted(stacked_counts(lengths, cfg.suite.subsets, cfg.suite.samples).items()))
 
 
 def make_pools(cfg: Config) -> list[Pool]:

@@ -260,3 +260,15 @@ def test_ladder_puts_the_tasks_of_one_context_side_by_side():
         {"model_id": "m", "domain": "translation", "target_length": 4096, "retrieval": 100.0, "tracking": None,
          "global": None},
     ]
+
+
+def test_cumulative_with_bucket_weights_discounts_repeated_lengths():
+    from longeval.aggregate import cumulative
+
+    rows = score_rows([1.0, 1.0, 1.0], target_length=4096) + score_rows([0.0], target_length=8192)
+    table = pa.Table.from_pylist(rows, schema=SCORE_SCHEMA)
+    plain = cumulative(table).to_pylist()[-1]
+    stacked = cumulative(table, {4096: 1 / 3, 8192: 1.0}).to_pylist()[-1]
+    assert plain["score_upto"] == 75.0  # 3 of 4 instances
+    assert stacked["score_upto"] == 50.0  # the 4K bucket counts as one instance's worth
+    assert stacked["score_at"] == plain["score_at"] == 0.0 and stacked["n_upto"] == 4

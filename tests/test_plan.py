@@ -37,3 +37,21 @@ def test_bucket_edges_split_lengths_into_contiguous_pools():
     pools = make_plan(cfg).pools
     assert [p.lengths for p in pools] == [(4096, 8192, 16384), (32768, 65536, 131072)]
     assert [p.max_model_len for p in pools] == [16384, 131072]
+
+
+def test_stacked_subsets_add_their_counts_per_length():
+    """Michelangelo §3.2: three subsets of 9 samples over 4K..1M; short lengths get samples from all three."""
+    cfg = load_config(["suite=michelangelo_1m", "suite.samples=9", "suite.shard_size=100",
+                       "suite.subsets=[32k,128k,1m]"])
+    counts = {}
+    for shard in make_plan(cfg).shards:
+        if shard.task == "michelangelo/idk":
+            counts[shard.target_length] = counts.get(shard.target_length, 0) + shard.stop - shard.start
+    # 32k: 9 over 4 lengths -> 3,2,2,2; 128k: 9 over 6 -> 2,2,2,1,1,1; 1m: 9 over 9 -> 1 each
+    assert counts == {4096: 6, 8192: 5, 16384: 5, 32768: 4, 65536: 2, 131072: 2, 262144: 1, 524288: 1,
+                      1048576: 1}
+
+
+def test_unknown_subset_is_refused():
+    with pytest.raises(ConfigError, match="suite.subsets has '64k'; choices: 32k, 128k, 1m"):
+        load_config(["suite=michelangelo", "suite.subsets=[64k]"])

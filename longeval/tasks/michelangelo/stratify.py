@@ -88,3 +88,25 @@ def cumulative_average(scores: Mapping[int, Sequence[float]], subsets: Sequence[
         weighted_n += w * len(vals)
         out.append((int(length), weighted_sum / weighted_n))
     return out
+
+
+def stacked_counts(lengths: Sequence[int], subsets: Sequence[str], samples: int) -> dict[int, int]:
+    """Instances per length when the "up to" subsets are stacked over a suite's length grid.
+
+    Each subset spreads `samples` evenly over the suite's lengths within its limit (the remainder to the
+    shortest, as `lengths_for`); a length's count is the sum over the subsets that contain it.
+    """
+    counts: dict[int, int] = {int(n): 0 for n in lengths}
+    for subset in subsets:
+        grid = sorted(int(n) for n in lengths if n <= _limit(subset))
+        if not grid:
+            continue
+        base, extra = divmod(max(samples, 0), len(grid))
+        for i, length in enumerate(grid):
+            counts[length] += base + (1 if i < extra else 0)
+    return {n: c for n, c in counts.items() if c}
+
+
+def stacked_weights(lengths: Sequence[int], subsets: Sequence[str]) -> dict[int, float]:
+    """§3.2's normalisation over a suite's grid: 1 / (number of stacked subsets containing the length)."""
+    return bucket_weights(lengths, subsets, min_length=min(lengths)) if lengths else {}
