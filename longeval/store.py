@@ -34,7 +34,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 
 from longeval.errors import StoreError
 
-__all__ = ["ENDPOINT_ENV_VARS", "RunRoot", "s3_endpoint_from_env"]
+__all__ = ["ENDPOINT_ENV_VARS", "RunRoot", "read_uri", "s3_endpoint_from_env"]
 
 log = logging.getLogger(__name__)
 
@@ -282,13 +282,17 @@ class RunRoot:
             self._s3_put(rel, data)
 
     def read_text(self, name: str) -> str:
+        return self.read_bytes(name).decode("utf-8")
+
+    def read_bytes(self, name: str) -> bytes:
+        """The bytes at `<root>/<name>` (S3 through the same endpoint, credentials and retries as the run)."""
         rel = self._rel(name)
 
         def read() -> bytes:
             with self._fs.open_input_stream(f"{self._base}/{rel}") as f:
                 return f.read()
 
-        return self._call(f"read {self.path(name)}", read).decode("utf-8")
+        return self._call(f"read {self.path(name)}", read)
 
     def exists(self, name: str) -> bool:
         """Whether a file (not a folder) exists at `<root>/<name>`."""
@@ -431,3 +435,19 @@ class RunRoot:
                 f"bucket {self._bucket!r} exists"
             )
         return StoreError(f"cannot {what}: {hint} [{message}]")
+
+
+def read_uri(uri: str) -> bytes:
+    """One user-supplied file, a local path or `s3://bucket/key`: the filesystem layer every path goes through.
+
+    Raises:
+        FileNotFoundError: nothing is there.
+        StoreError: the store could not be reached or read (names the endpoint and what to check).
+    """
+    parent, _, name = uri.rstrip("/").rpartition("/")
+    if not name or (uri.startswith("s3://") and parent in ("s3:", "s3:/")):
+        raise StoreError(f"{uri!r} is not a file path; expected /path/file or s3://bucket/key")
+    root = RunRoot(parent or ".")
+    if not root.exists(name):
+        raise FileNotFoundError(uri)
+    return root.read_bytes(name)

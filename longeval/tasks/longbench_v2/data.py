@@ -104,15 +104,14 @@ def _read_bytes(path: str, key: str) -> bytes:
         if not file.is_file():
             raise data_error(path, "file not found", key=key)
         return file.read_bytes()
-    import pyarrow.fs as pafs
+    from longeval.errors import StoreError
+    from longeval.store import read_uri
 
-    try:
-        fs, inner = pafs.FileSystem.from_uri(path)
-        with fs.open_input_stream(inner) as stream:
-            return stream.read()
+    try:  # s3:// through the run's filesystem layer: the same endpoint, credentials and retries
+        return read_uri(path)
     except FileNotFoundError as exc:
         raise data_error(path, "file not found", key=key) from exc
-    except (OSError, ValueError) as exc:  # pyarrow reports S3 and URI problems as these
+    except (StoreError, OSError, ValueError) as exc:
         raise data_error(path, f"cannot read it ({type(exc).__name__}: {exc})", key=key) from exc
 
 
