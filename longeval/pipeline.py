@@ -46,6 +46,8 @@ class RunResult:
     ladder: pa.Table | None = None
     chance: pa.Table | None = None
     breakdown: pa.Table | None = None
+    tail: pa.Table | None = None
+    tail_grid: pa.Table | None = None
 
 
 # -- generate ---------------------------------------------------------------------------------------
@@ -324,6 +326,8 @@ def report(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> RunRes
         tables["sync_ladder"] = ladder(summary, LADDER)
     if "longbench_v2" in families:
         tables["longbench_v2"] = longbench_breakdown(root, scores)
+    if "tail" in families:
+        tables["tail_grid"], tables["tail_headline"] = tail_tables(root, scores)
     if "michelangelo" in families:
         from longeval.tasks.michelangelo.chance import chance_table
 
@@ -337,7 +341,19 @@ def report(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> RunRes
     root.write_json("summary.json", {name: table.to_pylist() for name, table in tables.items()})
     return RunResult(root=root.uri, summary=summary, lengths=lengths, headline=head, errors=errors,
                      ladder=tables.get("sync_ladder"), chance=tables.get("chance"),
-                     breakdown=tables.get("longbench_v2"))
+                     breakdown=tables.get("longbench_v2"), tail=tables.get("tail_headline"),
+                     tail_grid=tables.get("tail_grid"))
+
+
+def rows_with_meta(root: RunRoot, scores: pa.Table, family: str) -> dict[str, list[dict]]:
+    """One family's score rows with their instance's `meta` JSON, per model (for family-specific tables)."""
+    instances = root.read_stage("instances", INSTANCE_SCHEMA, columns=["instance_id", "family", "meta"])
+    mine = instances.filter(pc.equal(instances["family"], family))
+    meta = dict(zip(mine["instance_id"].to_pylist(), mine["meta"].to_pylist(), strict=True))
+    rows: dict[str, list[dict]] = {}
+    for row in scores.filter(pc.equal(scores["family"], family)).to_pylist():
+        rows.setdefault(row["model_id"], []).append({**row, "meta": meta.get(row["instance_id"], "{}")})
+    return dict(sorted(rows.items()))
 
 
 def longbench_breakdown(root: RunRoot, scores: pa.Table) -> pa.Table:
@@ -345,16 +361,33 @@ def longbench_breakdown(root: RunRoot, scores: pa.Table) -> pa.Table:
     compensated accuracy of its Table 5; the item fields come from the instances' meta."""
     from longeval.tasks.longbench_v2 import breakdown
 
-    instances = root.read_stage("instances", INSTANCE_SCHEMA, columns=["instance_id", "family", "meta"])
-    mine = instances.filter(pc.equal(instances["family"], "longbench_v2"))
-    meta = dict(zip(mine["instance_id"].to_pylist(), mine["meta"].to_pylist(), strict=True))
-    rows: dict[str, list[dict]] = {}
-    for row in scores.filter(pc.equal(scores["family"], "longbench_v2")).to_pylist():
-        rows.setdefault(row["model_id"], []).append({**row, "meta": meta.get(row["instance_id"], "{}")})
-    out = [{"model_id": model_id, **entry} for model_id in sorted(rows) for entry in breakdown(rows[model_id])]
+    out = [{"model_id": model_id, **entry}
+           for model_id, rows in rows_with_meta(root, scores, "longbench_v2").items() for entry in breakdown(rows)]
     return pa.Table.from_pylist(out, schema=pa.schema([
         ("model_id", pa.string()), ("split", pa.string()), ("group", pa.string()), ("n", pa.int64()),
         ("accuracy", pa.float64()), ("compensated_accuracy", pa.float64()), ("invalid_rate", pa.float64())]))
+
+
+def tail_tables(root: RunRoot, scores: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """TAIL's accuracy per (length, depth) — the heatmap of its Figure 5 — and per model its Table 2 numbers:
+    Avg, wAvg(inc), wAvg(dec) over the lengths and the longest/shortest ratio (per-length accuracy is the
+    task's row of `summary/tasks`)."""
+    from longeval.tasks.tail import accuracy_grid, length_summary
+
+    grid, head = [], []
+    for model_id, rows in rows_with_meta(root, scores, "tail").items():
+        grid += [{"model_id": model_id, "target_length": c.target_length, "depth": c.depth, "n": c.n,
+                  "accuracy": c.accuracy} for c in accuracy_grid(rows)]
+        summary = length_summary(rows)
+        head.append({"model_id": model_id, "shortest": summary.lengths[0] if summary.lengths else None,
+                     "longest": summary.lengths[-1] if summary.lengths else None, "avg": summary.avg,
+                     "wavg_inc": summary.wavg_inc, "wavg_dec": summary.wavg_dec, "ratio": summary.ratio})
+    return (pa.Table.from_pylist(grid, schema=pa.schema([
+                ("model_id", pa.string()), ("target_length", pa.int64()), ("depth", pa.float64()),
+                ("n", pa.int64()), ("accuracy", pa.float64())])),
+            pa.Table.from_pylist(head, schema=pa.schema([
+                ("model_id", pa.string()), ("shortest", pa.int64()), ("longest", pa.int64()), ("avg", pa.float64()),
+                ("wavg_inc", pa.float64()), ("wavg_dec", pa.float64()), ("ratio", pa.float64())])))
 
 
 # -- provenance -------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Send a batch of chat requests through the run's engine and get the texts back.
 
-The same engine actor as the pipeline's infer stage (`VllmPredictor`, greedy decoding, token-id prompts), in
-a Ray Data actor pool, so a builder runs wherever a run would: on this machine's CPU or on a GPU cluster.
+The same engine actor as the pipeline's infer stage (`VllmPredictor`, greedy decoding, token-id prompts), as
+Ray actors that live across a builder's rounds (an engine start costs a minute or more), so a builder runs
+wherever a run would: on this machine's CPU or on a GPU cluster.
 """
 
 from __future__ import annotations
@@ -49,38 +50,60 @@ def render_requests(cfg: Config, model_path: str, requests: list[Request]) -> pa
         ("instance_id", pa.string()), ("prompt_token_ids", pa.list_(pa.int32())), ("max_new_tokens", pa.int64())]))
 
 
+class Completer:
+    """Engine actors kept alive across calls (a builder's rounds), spread over `cluster.replicas` replicas."""
+
+    def __init__(self, cfg: Config, model_path: str) -> None:
+        import ray
+
+        from longeval.engines.vllm_engine import VllmPredictor
+        from longeval.pipeline import init_ray
+
+        init_ray(cfg)
+        actor = ray.remote(num_cpus=1, num_gpus=cfg.cluster.gpus_per_replica or 0)(VllmPredictor)
+        self.cfg, self.model_path = cfg, model_path
+        self.actors = [actor.remote(cfg.model, model_path, cfg.model.name, cfg.model.max_model_len)
+                       for _ in range(max(1, cfg.cluster.replicas))]
+
+    def __call__(self, requests: list[Request], *, progress=None, label: str = "complete") -> dict[str, str]:
+        """Each request's output text, by request id (an engine error fails the build with its message)."""
+        import ray
+
+        from longeval.errors import LongevalError
+
+        if not requests:
+            return {}
+        table = render_requests(self.cfg, self.model_path, requests)
+        size = self.cfg.cluster.batch_size
+        pending = []
+        for k, start in enumerate(range(0, table.num_rows, size)):
+            batch = table.slice(start, size).to_pydict()
+            pending.append(self.actors[k % len(self.actors)].predict.remote(batch))
+        task_id = progress.add_task(label, total=len(requests)) if progress else None
+        out: dict[str, str] = {}
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            rows = ray.get(done[0])
+            for rid, text, error in zip(rows["instance_id"], rows["output"], rows["error"], strict=True):
+                if error:
+                    raise LongevalError(f"the engine failed on request {rid}: {error}; rerun to retry")
+                out[rid] = text
+            if progress:
+                progress.advance(task_id, len(rows["instance_id"]))
+        return out
+
+    def close(self) -> None:
+        import ray
+
+        for actor in self.actors:
+            ray.kill(actor)
+
+
 def complete(cfg: Config, model_path: str, requests: list[Request], *, progress=None, label: str = "complete"
              ) -> dict[str, str]:
-    """Each request's output text, by request id (an engine error fails the build with its message)."""
-    import ray
-
-    from longeval.engines.vllm_engine import VllmPredictor
-    from longeval.errors import LongevalError
-    from longeval.pipeline import init_ray
-
-    if not requests:
-        return {}
-    init_ray(cfg)
-    table = render_requests(cfg, model_path, requests)
-    longest = max(len(ids) + n for ids, n in zip(table["prompt_token_ids"].to_pylist(),
-                                                  table["max_new_tokens"].to_pylist(), strict=True))
-    ds = ray.data.from_arrow(table).map_batches(
-        VllmPredictor,
-        fn_constructor_kwargs={"model": cfg.model, "model_path": model_path, "model_id": cfg.model.name,
-                               "max_model_len": min(cfg.model.max_model_len, max(longest, 256))},
-        batch_size=cfg.cluster.batch_size,
-        compute=ray.data.ActorPoolStrategy(size=cfg.cluster.replicas),
-        num_gpus=cfg.cluster.gpus_per_replica or None,
-        num_cpus=1,
-    )
-    task_id = progress.add_task(label, total=len(requests)) if progress else None
-    out: dict[str, str] = {}
-    for batch in ds.iter_batches(batch_size=cfg.cluster.batch_size, batch_format="pyarrow"):
-        for rid, text, error in zip(batch["instance_id"].to_pylist(), batch["output"].to_pylist(),
-                                    batch["error"].to_pylist(), strict=True):
-            if error:
-                raise LongevalError(f"the engine failed on request {rid}: {error}; rerun to retry")
-            out[rid] = text
-        if progress:
-            progress.advance(task_id, batch.num_rows)
-    return out
+    """One batch of requests on fresh engine actors (a builder with one round)."""
+    completer = Completer(cfg, model_path)
+    try:
+        return completer(requests, progress=progress, label=label)
+    finally:
+        completer.close()

@@ -71,6 +71,10 @@ class VllmPredictor:
             self.root.write_json(f"engines/{socket.gethostname()}-{os.getpid()}-{int(time.time())}.json",
                                          record)
 
+    def predict(self, batch: dict[str, np.ndarray]) -> dict[str, list]:
+        """The same as calling the predictor: the name a plain Ray actor exposes (builders use one)."""
+        return self(batch)
+
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list]:
         vllm = self.vllm
         prompts = [vllm.TokensPrompt(prompt_token_ids=[int(t) for t in ids]) for ids in batch["prompt_token_ids"]]

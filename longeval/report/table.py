@@ -13,7 +13,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["format_length", "render_breakdown", "render_errors", "render_ladder", "render_results"]
+__all__ = ["format_length", "render_breakdown", "render_errors", "render_heatmap", "render_ladder", "render_results"]
 
 _MISSING = "–"
 
@@ -149,4 +149,19 @@ def render_breakdown(breakdown: pa.Table) -> Table:
     for row in breakdown.to_pylist():
         table.add_row(row["model_id"], row["split"], row["group"], str(row["n"]), _score_cell(row["accuracy"]),
                       _score_cell(row["compensated_accuracy"]), _score_cell(row["invalid_rate"]))
+    return table
+
+
+def render_heatmap(grid: pa.Table) -> Table:
+    """TAIL's depth × length accuracy (its Figure 5) as a table: depths down, lengths across, per model."""
+    cells: dict[str, dict[float, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    for row in grid.to_pylist():
+        cells[row["model_id"]][row["depth"]][row["target_length"]] = row["accuracy"]
+    lengths = sorted({row["target_length"] for row in grid.to_pylist()})
+    table = Table(title="TAIL accuracy by depth (rows, %) and length", title_justify="left")
+    for col in ("model", "depth", *[format_length(n) for n in lengths]):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for model_id, by_depth in sorted(cells.items()):
+        for depth in sorted(by_depth):
+            table.add_row(model_id, f"{depth:g}", *[_score_cell(by_depth[depth].get(n)) for n in lengths])
     return table

@@ -18,11 +18,12 @@ from longeval.tasks.longbench_v2 import LONGBENCH_V2_SCORERS, LONGBENCH_V2_TASKS
 from longeval.tasks.michelangelo import MICHELANGELO_SCORERS, MICHELANGELO_TASKS
 from longeval.tasks.ruler import RULER_TASKS
 from longeval.tasks.sync import SYNC_SCORERS, SYNC_TASKS
+from longeval.tasks.tail import TAIL_SCORERS, TAIL_TASKS
 
 TASKS: dict[str, TaskSpec] = {
-    spec.key: spec for spec in (*RULER_TASKS, *SYNC_TASKS, *MICHELANGELO_TASKS, *LONGBENCH_V2_TASKS)
+    spec.key: spec for spec in (*RULER_TASKS, *SYNC_TASKS, *MICHELANGELO_TASKS, *LONGBENCH_V2_TASKS, *TAIL_TASKS)
 }
-JUDGES: dict[str, Judge] = {**SYNC_SCORERS, **MICHELANGELO_SCORERS, **LONGBENCH_V2_SCORERS}
+JUDGES: dict[str, Judge] = {**SYNC_SCORERS, **MICHELANGELO_SCORERS, **LONGBENCH_V2_SCORERS, **TAIL_SCORERS}
 """Scorers that need the instance's meta, by metric name (RULER's string matches live in `scoring`)."""
 
 BUDGET_KEY = "max_new_tokens"

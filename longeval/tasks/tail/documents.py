@@ -98,8 +98,9 @@ def load_domains(root: str, *, segment_words: int = SEGMENT_WORDS, key: str = RO
     fs, base = _filesystem(root, key)
     folders, loose = _listing(fs, base, root, key)
     if not folders:
-        hint = (f"; found {len(loose)} file(s) directly in it ({', '.join(loose[:3])}{', ...' if len(loose) > 3 else ''})"
-                " - move them into a subfolder named after their domain") if loose else ""
+        shown = ", ".join(loose[:3]) + (", ..." if len(loose) > 3 else "")
+        hint = (f"; found {len(loose)} file(s) directly in it ({shown}) - move them into a subfolder named after "
+                "their domain") if loose else ""
         raise DataFileError(f"TAIL documents folder {root!r} has no domain subfolders{hint}. Expected {LAYOUT}; "
                             f"set {key}")
     return tuple(_domain(fs, path, name, root, key, segment_words) for name, path in folders)
@@ -158,9 +159,9 @@ def _domain(fs, path: str, name: str, root: str, key: str, segment_words: int) -
         documents.append((file_name, read_document(_where(root, name, file_name), raw)))
     domain = compose(name, documents, segment_words=segment_words)
     if not domain.segments:
+        others = f" (found: {', '.join(n for n, _ in files[:5])})" if files else ""
         found = (f"its {len(readable)} document(s) hold no text (a scanned PDF has no text layer: run OCR first)"
-                 if readable else
-                 f"it has no .txt, .md or .pdf files{' (found: ' + ', '.join(n for n, _ in files[:5]) + ')' if files else ''}")
+                 if readable else f"it has no .txt, .md or .pdf files{others}")
         raise DataFileError(f"TAIL domain {name!r} in {root!r} has no readable documents: {found}. Expected {LAYOUT}; "
                             f"remove the folder or add documents to it")
     return domain

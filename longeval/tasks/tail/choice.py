@@ -1,0 +1,111 @@
+"""Mapping a free-text answer to one of the options A–F, deterministically.
+
+TAIL's reference asks GPT-4o-mini to map each output to an option (§3.5). We map by rules first and only
+leave the rest ("unmapped") for an optional judge: the last answer statement ("Answer: C", "the correct answer
+is (C)", "\\boxed{C}"), else a last line that is only a letter ("C", "(C) ...", "Option C"), else a final answer
+that is exactly one option's text. An answer naming two letters ("B or C") is not mapped. The same mapping
+checks the generator's own answers while the benchmark is built, so building and evaluation agree.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from longeval.tasks.tail.prompts import LETTERS
+
+_MARKER = re.compile(
+    r"\b(?:final\s+answer|correct\s+(?:answer|option|choice)|best\s+(?:answer|option|choice)|answer)\b"
+    r"(?:\s+(?:is|would\s+be|should\s+be|will\s+be|must\s+be))?\s*(?:[:=\uff1a]|-(?!-))?[ \t]*",
+    re.IGNORECASE,
+)
+_CLAUSE = re.compile(r"((?:option|choice|letter)\s+)?([(\[])?([A-Fa-f])([)\]])?(.*)", re.IGNORECASE | re.DOTALL)
+_ALTERNATIVE = re.compile(r"\s*(?:,|/|&|\bor\b|\band\b)\s*(?:option\s+)?[(\[]?[A-F][)\]]?(?![A-Za-z])")
+_CLOSES = re.compile(r"(?:$|[.,:;!?)\]\-\u2013\u2014]|\s*$|\s+[-\u2013\u2014(:])")
+_A_FOLLOWERS = frozenset({"because", "since", "as", "is", "it", "this", "which", "given", "based", "according",
+                          "from", "per"})
+"""Words after an uppercase "A" that show it is the letter ("A because ...") rather than an article ("A total")."""
+_BOXED = re.compile(r"\\boxed\{\s*(?:\\text\{\s*)?\(?([A-F])\)?\s*\}?")
+_BARE_LINE = re.compile(r"(?:(?:option|choice)\s+)?[(\[]?([A-F])[)\]]?(?:$|[.:,)]|\s+[-\u2013\u2014:(])", re.IGNORECASE)
+_EDGE = re.compile(r"^[\s\"'`.,:;!?()\[\]]+|[\s\"'`.,:;!?()\[\]]+$")
+_AMBIGUOUS = "?"
+
+
+def parse_choice(output: str, options: Sequence[str] = ()) -> str:
+    """The letter A–F that `output` settles on, or "" when no rule maps it (never raises)."""
+    if not isinstance(output, str):
+        return ""
+    text = output
+    if "</think>" in text:
+        text = text.rsplit("</think>", 1)[1]
+    elif "<think>" in text:
+        return ""  # the model never finished thinking
+    text = text.replace("*", "").replace("`", "")
+    found, clause = _last_statement(text)
+    if found == _AMBIGUOUS:
+        return ""
+    if found:
+        return found
+    boxed = _BOXED.findall(text)
+    if boxed:
+        return boxed[-1]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    bare = _BARE_LINE.match(last)
+    if bare and (bare.group(1).isupper() or len(last) <= 3):
+        return bare.group(1).upper()
+    return _by_text([clause, last, text], options)
+
+
+def _last_statement(text: str) -> tuple[str, str]:
+    """The letter of the last answer statement that names one ("" if none, `_AMBIGUOUS` if it names two), and the
+    text after the last answer marker (for matching an option's text)."""
+    found, clause = "", ""
+    for marker in _MARKER.finditer(text):
+        end = text.find("\n", marker.end())
+        tail = text[marker.end() : end if end >= 0 else len(text)]
+        clause = tail
+        letter = _letter(tail)
+        if letter:
+            found = letter
+    return found, clause
+
+
+def _letter(clause: str) -> str:
+    """The letter an answer clause starts with, `_AMBIGUOUS`, or "" when it starts with something else."""
+    match = _CLAUSE.match(clause.strip())
+    if not match:
+        return ""
+    prefix, opened, letter, closed, rest = match.groups()
+    if rest[:1].isalnum():
+        return ""  # "Answer: Cats ..." starts with a word, not a letter
+    if _ALTERNATIVE.match(rest):
+        return _AMBIGUOUS
+    if prefix or opened or closed or _CLOSES.match(rest):
+        return letter.upper()
+    if not letter.isupper():
+        return ""  # "the answer is a bit unclear"
+    if letter != "A":
+        return letter  # "the answer is C because ..."
+    follower = rest.split(maxsplit=1)[0].lower()
+    return "A" if follower in _A_FOLLOWERS else ""  # "Answer: A total of 12" is the option's text, not a letter
+
+
+def _normal(text: str) -> str:
+    return _EDGE.sub("", " ".join(text.split())).casefold()
+
+
+def _by_text(candidates: Sequence[str], options: Sequence[str]) -> str:
+    """The letter of the one option whose text equals a candidate answer (case and edge punctuation aside)."""
+    try:
+        wanted = [_normal(str(o)) for o in options]
+    except TypeError:
+        return ""
+    for candidate in candidates:
+        key = _normal(candidate)
+        if not key:
+            continue
+        hits = [i for i, option in enumerate(wanted[: len(LETTERS)]) if option and option == key]
+        if len(hits) == 1:
+            return LETTERS[hits[0]]
+    return ""
