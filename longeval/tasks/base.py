@@ -17,7 +17,7 @@ import numpy as np
 from longeval.errors import LengthError
 from longeval.records import Instance, content_id
 from longeval.text.pieces import Piece, assemble, open_context
-from longeval.text.render import Frame, PromptFormat, render_frame
+from longeval.text.render import Frame, PromptFormat, render_frame, render_parts
 from longeval.text.tokenizer import Encoder
 
 GENERATOR_VERSION = "1"
@@ -55,6 +55,10 @@ class GenContext:
 
     def frame(self, user_text: str, answer_prefix: str) -> Frame:
         return render_frame(self.encoder, self.fmt, user_text, answer_prefix)
+
+    def frame_around(self, before: str, after: str, answer_prefix: str) -> Frame:
+        """The frame of `before + context + after`, texts kept as written (no `{context}` slot to parse)."""
+        return render_parts(self.encoder, self.fmt, before, after, answer_prefix)
 
 
 def draft(frame: Frame, context: Piece, references: list[str], **fields: Any) -> Draft:

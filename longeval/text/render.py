@@ -56,7 +56,17 @@ def render_frame(encoder: Encoder, fmt: PromptFormat, user_text: str, answer_pre
     """Render a user message that contains `{context}` exactly once into an encoded frame."""
     if user_text.count("{context}") != 1:
         raise ConfigError("a task template must contain '{context}' exactly once")
-    marked = user_text.replace("{context}", CONTEXT_MARKER)
+    before, after = user_text.split("{context}")
+    return render_parts(encoder, fmt, before, after, answer_prefix)
+
+
+def render_parts(encoder: Encoder, fmt: PromptFormat, before: str, after: str, answer_prefix: str) -> Frame:
+    """Render the user message `before + context + after` into an encoded frame.
+
+    For texts that are data rather than templates (a LongBench v2 question, a TAIL option): they may hold a
+    literal "{context}", which must stay as written.
+    """
+    marked = before + CONTEXT_MARKER + after
     prefix = "" if (fmt.reasoning or not fmt.answer_prefix) else answer_prefix
     tokenizer = encoder.tokenizer
     if fmt.chat_template:

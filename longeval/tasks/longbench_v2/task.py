@@ -37,9 +37,6 @@ COT_ANSWER_MAX_NEW_TOKENS = 128
 SNAP_TOKENS = 8
 """How far a cut may move to land between characters: a UTF-8 character spans at most four byte tokens."""
 
-_LITERAL = "\u2063LONGBENCH_V2_LITERAL\u2063"
-"""Stands in for a literal "{context}" in an item's text while the frame is rendered."""
-
 
 @dataclass(frozen=True)
 class LongBenchV2Params:
@@ -142,21 +139,11 @@ def slot_values(question: str, choices: tuple[str, ...] | list[str]) -> dict[str
 
 
 def render(ctx: GenContext, before: str, after: str) -> Frame:
-    """The frame `before + {context} + after`, even when an item's own text contains "{context}".
+    """The frame `before + {context} + after`; an item's own text may hold a literal "{context}".
 
-    `render_frame` marks the slot with "{context}", so a literal occurrence in a question, a choice or a
-    chain of thought stands in as `_LITERAL` while rendering and is put back (and re-encoded) after.
+    The reference prefills nothing: the model writes "The correct answer is (X)" itself.
     """
-    user = before.replace("{context}", _LITERAL) + "{context}" + after.replace("{context}", _LITERAL)
-    frame = ctx.frame(user, "")  # the reference prefills nothing: the model writes "The correct answer is (X)"
-    if _LITERAL not in frame.head and _LITERAL not in frame.tail:
-        return frame
-    encoder = ctx.encoder
-    special = frame.head_ids[: len(frame.head_ids) - len(encoder.encode_followed(frame.head))]
-    head, tail = frame.head.replace(_LITERAL, "{context}"), frame.tail.replace(_LITERAL, "{context}")
-    head_ids = np.concatenate([special, encoder.encode_followed(head)]).astype(np.int32)
-    return Frame(head=head, tail=tail, head_ids=head_ids, tail_ids=encoder.encode(tail),
-                 answer_prefix=frame.answer_prefix, context_lead=frame.context_lead)
+    return ctx.frame_around(before, after, "")
 
 
 def generate(

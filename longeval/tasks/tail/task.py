@@ -27,9 +27,6 @@ COT_MAX_NEW_TOKENS = 512
 DIRECT_MAX_NEW_TOKENS = 32
 """Without chain of thought the answer is one letter after the prefilled "Answer:"."""
 
-_LITERAL = "\u2063TAIL_LITERAL\u2063"
-"""Stands in for a literal "{context}" in a question or option while the frame is rendered."""
-
 
 @dataclass(frozen=True)
 class TailParams:
@@ -94,17 +91,8 @@ def encoded(ctx: GenContext, data: TailDataset, domain: str) -> EncodedDomain:
 
 
 def render(ctx: GenContext, before: str, after: str, answer_prefix: str) -> Frame:
-    """The frame `before + {context} + after`, even when a question or option itself contains "{context}"."""
-    user = before.replace("{context}", _LITERAL) + "{context}" + after.replace("{context}", _LITERAL)
-    frame = ctx.frame(user, answer_prefix)
-    if _LITERAL not in frame.head and _LITERAL not in frame.tail:
-        return frame
-    encoder = ctx.encoder
-    special = frame.head_ids[: len(frame.head_ids) - len(encoder.encode_followed(frame.head))]
-    head, tail = frame.head.replace(_LITERAL, "{context}"), frame.tail.replace(_LITERAL, "{context}")
-    head_ids = np.concatenate([special, encoder.encode_followed(head)]).astype(np.int32)
-    return Frame(head=head, tail=tail, head_ids=head_ids,
-                 tail_ids=encoder.encode(tail), answer_prefix=frame.answer_prefix, context_lead=frame.context_lead)
+    """The frame `before + {context} + after`; a question or option may hold a literal "{context}"."""
+    return ctx.frame_around(before, after, answer_prefix)
 
 
 def generate(
