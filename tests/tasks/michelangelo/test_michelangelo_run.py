@@ -31,5 +31,12 @@ def test_a_run_writes_scores_slices_curves_and_chance_rates(tmp_path, tiny_model
     slices = root.read_json("summary.json")["slices"]
     assert sum(r["n"] for r in slices) == 9
     assert {r["task"] for r in result.chance.to_pylist()} == {"latent_list", "mrcr", "idk"}
+    # the instances of a task share its few-shot prefix (about 300 tokens for Latent List, 400 for MRCR) and
+    # reach the engine together, so all but the first find it in vLLM's prefix cache
+    cached = {p["instance_id"]: p["cached_prompt_tokens"]
+              for p in root.read_stage("predictions", PREDICTION_SCHEMA).to_pylist()}
+    for task in ("latent_list", "mrcr"):
+        hits = sorted(cached[i["instance_id"]] for i in instances.to_pylist() if i["task"] == task)
+        assert hits[1] >= 256, (task, hits)
     curve = root.read_json("summary.json")["cumulative"]
     assert {r["task"] for r in curve} == {"latent_list", "mrcr", "idk"}
