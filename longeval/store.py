@@ -34,7 +34,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 
 from longeval.errors import StoreError
 
-__all__ = ["ENDPOINT_ENV_VARS", "RunRoot", "read_uri", "s3_endpoint_from_env"]
+__all__ = ["ENDPOINT_ENV_VARS", "RunRoot", "filesystem", "read_uri", "s3_endpoint_from_env"]
 
 log = logging.getLogger(__name__)
 
@@ -274,8 +274,11 @@ class RunRoot:
 
     def write_text(self, name: str, text: str) -> None:
         """Write UTF-8 text at `<root>/<name>`, atomically."""
+        self.write_bytes(name, text.encode("utf-8"))
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        """Write bytes at `<root>/<name>`, atomically."""
         rel = self._rel(name)
-        data = text.encode("utf-8")
         if self._kind == "local":
             self._local_atomic(rel, lambda f: f.write(data))
         else:
@@ -451,3 +454,10 @@ def read_uri(uri: str) -> bytes:
     if not root.exists(name):
         raise FileNotFoundError(uri)
     return root.read_bytes(name)
+
+
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem and base path for a folder, local or `s3://`, set up as a run root's is (the
+    S3 endpoint from LONGEVAL_S3_ENDPOINT / AWS_ENDPOINT_URL, the region, credentials from the environment)."""
+    root = RunRoot(uri)
+    return root._fs, root._base

@@ -20,6 +20,7 @@ from longeval.builders.complete import Request, complete
 from longeval.config import Config
 from longeval.errors import ConfigError
 from longeval.records import content_id
+from longeval.store import RunRoot
 from longeval.tasks.michelangelo import prompts
 from longeval.tasks.michelangelo.writings import FORMATS, TOPICS
 
@@ -50,8 +51,6 @@ def pool_requests(*, per_key: int, seed: int, topics: int | None = None, max_new
 def build_pool(cfg: Config, model_path: str, out: str, *, per_key: int = 8, seed: int = 0,
                topics: int | None = None, max_new_tokens: int = 256, progress=None) -> int:
     """Write the pool to `out` (a .parquet path, local or s3://); returns how many writings it holds."""
-    import pyarrow.fs as pafs
-
     requests = pool_requests(per_key=per_key, seed=seed, topics=topics, max_new_tokens=max_new_tokens)
     texts = complete(cfg, model_path, [req for _, _, req in requests], progress=progress, label="mrcr writings")
     rows = []
@@ -63,17 +62,9 @@ def build_pool(cfg: Config, model_path: str, out: str, *, per_key: int = 8, seed
     table = pa.Table.from_pylist(rows, schema=POOL_SCHEMA).replace_schema_metadata(
         {"longeval_pool": json.dumps({"model_id": cfg.model.name, "seed": seed, "per_key": per_key,
                                       "longeval": __version__, "max_new_tokens": max_new_tokens})})
-    fs, path = pafs.FileSystem.from_uri(out if "://" in out else f"file://{_absolute(out)}")
-    if "://" not in out:
-        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    folder, _, name = out.rstrip("/").rpartition("/")
     sink = io.BytesIO()
     pq.write_table(table, sink)
-    with fs.open_output_stream(path) as f:
-        f.write(sink.getvalue())
+    root = RunRoot(folder or ".")
+    root.write_bytes(name, sink.getvalue())
     return table.num_rows
-
-
-def _absolute(path: str) -> str:
-    from pathlib import Path
-
-    return str(Path(path).expanduser().resolve())

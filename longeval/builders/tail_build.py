@@ -40,7 +40,7 @@ from longeval.tasks.tail import (
     write_tail_dataset,
 )
 
-STATE = "build/slots.pkl.hex"
+STATE = "build/slots.pkl"
 STATE_VERSION = 1
 
 
@@ -127,11 +127,11 @@ def _write(cfg: Config, root: RunRoot, out: str, slots: list, domains: dict, see
 def _save(root: RunRoot, slots: list, docs: str, depths: tuple[float, ...], seed: int) -> None:
     """The slots after a round (pickled: our own frozen records, never model-written code)."""
     blob = pickle.dumps({"version": STATE_VERSION, "docs": docs, "depths": depths, "seed": seed, "slots": slots})
-    root.write_text(STATE, blob.hex())
+    root.write_bytes(STATE, blob)
 
 
 def _resume(root: RunRoot, docs: str, depths: tuple[float, ...], seed: int) -> list:
-    state = pickle.loads(bytes.fromhex(root.read_text(STATE)))
+    state = pickle.loads(root.read_bytes(STATE))
     if state.get("version") != STATE_VERSION or (state["docs"], tuple(state["depths"]), state["seed"]) != (
             docs, tuple(depths), seed):
         raise ConfigError(

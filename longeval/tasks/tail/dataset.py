@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from longeval.errors import DataFileError
+from longeval.errors import DataFileError, StoreError
 from longeval.records import content_id
 from longeval.tasks.tail import prompts
 from longeval.tasks.tail.documents import SEGMENT_WORDS, Domain
@@ -190,16 +190,12 @@ def load_tail_dataset(path: str | None, *, key: str = DATASET_KEY) -> TailDatase
 
 
 def _filesystem(path: str, *, key: str = DATASET_KEY):
-    import pyarrow.fs as pafs
-
     try:
-        if "://" in path:
-            fs, base = pafs.FileSystem.from_uri(path)
-            return fs, base.rstrip("/")
-        from pathlib import Path
+        from longeval.store import filesystem
 
-        return pafs.LocalFileSystem(), str(Path(path).expanduser().resolve())
-    except (OSError, ValueError) as exc:  # pyarrow reports bad URIs and S3 set-up problems as these
+        fs, base = filesystem(path)  # s3:// with the run's endpoint and credentials, like every other path
+        return fs, base.rstrip("/")
+    except (OSError, ValueError, StoreError) as exc:  # bad URIs and S3 set-up problems
         raise dataset_error(path, f"cannot open it ({type(exc).__name__}: {exc})", key=key) from exc
 
 

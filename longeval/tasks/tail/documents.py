@@ -19,7 +19,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from longeval.errors import DataFileError
+from longeval.errors import DataFileError, StoreError
 
 SEGMENT_WORDS = 600
 """§3.2: segments of 600 words carry enough information for one question."""
@@ -107,15 +107,12 @@ def load_domains(root: str, *, segment_words: int = SEGMENT_WORDS, key: str = RO
 
 
 def _filesystem(root: str, key: str):
-    import pyarrow.fs as pafs
-
     try:
-        if "://" in root:
-            return pafs.FileSystem.from_uri(root)
-        from pathlib import Path
+        from longeval.store import filesystem
 
-        return pafs.LocalFileSystem(), str(Path(root).expanduser().resolve())
-    except (OSError, ValueError) as exc:  # pyarrow reports bad URIs and S3 set-up problems as these
+        fs, base = filesystem(root)  # s3:// with the run's endpoint and credentials, like every other path
+        return fs, base.rstrip("/")
+    except (OSError, ValueError, StoreError) as exc:  # bad URIs and S3 set-up problems
         raise DataFileError(f"TAIL documents folder {root!r}: cannot open it ({type(exc).__name__}: {exc}); "
                             f"set {key} to a local folder, file:// or s3:// URI") from exc
 
