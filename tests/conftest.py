@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ("tests.s3server",)  # the SeaweedFS fixtures (`seaweedfs`, `s3_env`) for every test module
+
 REPO = Path(__file__).resolve().parents[1]
 _SCRATCH_PARENT = REPO / ".cache" / "tmp"
 _OWNER_FILE = ".owner-pid"
