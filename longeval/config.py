@@ -169,7 +169,13 @@ def _explain_override(message: str) -> str:
         for part in parent.split(".") if parent else []:
             node = node.get(part) if isinstance(node, DictConfig) else None
         known = ", ".join(sorted(node.keys())) if isinstance(node, DictConfig) else ""
+        if key.startswith("suite.params."):  # a free-form map: the suite lists some parameters, not all
+            return (f"{key!r} is not set by this suite; add it with a leading '+': +{key}=... "
+                    "(parameter names are in the task family's docs)")
         return f"unknown config key {key!r}" + (f"; keys under {parent or 'the top level'}: {known}" if known else "")
+    if first.startswith("Could not append to config. An item is already at"):
+        key = first.split("'")[1]
+        return f"{key!r} is already set by the suite; override it without the leading '+': {key}=..."
     return f"bad override: {first}"
 
 

@@ -92,3 +92,13 @@ def test_bad_task_parameter_names_the_fields(override, expected):
 def test_family_parameter_that_no_task_has_is_refused():
     with pytest.raises(ConfigError, match="no ruler task of this suite has 'num_needlez'"):
         load_config(["+suite.params.ruler.num_needlez=2"])
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("suite.params.sync.no_path_share=0.5", "add it with a leading '+': +suite.params.sync.no_path_share=..."),
+    ("+suite.params.sync.cot=false", "override it without the leading '+': suite.params.sync.cot=..."),
+])
+def test_params_overrides_say_when_to_use_plus(override, expected):
+    with pytest.raises(ConfigError) as err:
+        load_config(["suite=sync", override])
+    assert expected in str(err.value)
