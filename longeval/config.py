@@ -218,7 +218,13 @@ SECRET_WORDS = ("token", "secret", "password", "credential", "api_key", "access_
 
 def redact(values: dict[str, Any]) -> dict[str, Any]:
     """Hide values whose key names a credential: nothing secret reaches disk, logs or W&B."""
-    return {k: ("***" if any(w in k.lower() for w in SECRET_WORDS) else v) for k, v in values.items()}
+    return {k: ("***" if _is_secret(k) else v) for k, v in values.items()}
+
+
+def _is_secret(key: str) -> bool:
+    """Whether a key names a credential (HF_TOKEN, api_key, ...); "tokenizer" is a path, not a token."""
+    name = key.lower().replace("tokenizer", "")
+    return any(word in name for word in SECRET_WORDS)
 
 
 def to_yaml(cfg: Config) -> str:

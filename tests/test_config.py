@@ -102,3 +102,12 @@ def test_params_overrides_say_when_to_use_plus(override, expected):
     with pytest.raises(ConfigError) as err:
         load_config(["suite=sync", override])
     assert expected in str(err.value)
+
+
+def test_credentials_are_redacted_but_the_tokenizer_path_is_kept():
+    from longeval.config import redact
+
+    shown = redact({"HF_TOKEN": "hf_abc", "api_key": "sk-1", "AWS_SECRET_ACCESS_KEY": "x", "tokenizer": "/m",
+                    "VLLM_CPU_KVCACHE_SPACE": "2"})
+    assert shown == {"HF_TOKEN": "***", "api_key": "***", "AWS_SECRET_ACCESS_KEY": "***", "tokenizer": "/m",
+                     "VLLM_CPU_KVCACHE_SPACE": "2"}
