@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from longeval.errors import LengthError
-from longeval.text.pieces import EMPTY, Piece, concat, lead_with_space, strip_head
+from longeval.text.pieces import EMPTY, Piece, concat, cut_words, lead_with_space, strip_head
 from longeval.text.tokenizer import Encoder
 
 
@@ -72,22 +72,9 @@ def _encode(encoder: Encoder, text: str) -> np.ndarray:
 
 
 def cut_head(encoder: Encoder, text: str, budget: int) -> Piece:
-    """The longest prefix of `text` ending at a word boundary with at most `budget` tokens."""
-    if budget <= 0 or not text.strip():
-        return EMPTY
-    ids = _encode(encoder, text)
-    if len(ids) <= budget:
-        return Piece(text, ids)
-    words = text.split(" ")
-    lo, hi, best = 0, len(words), EMPTY  # the first lo words fit, the first hi do not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        candidate = " ".join(words[:mid])
-        ids = _encode(encoder, candidate)
-        if len(ids) <= budget:
-            lo, best = mid, Piece(candidate, ids)
-        else:
-            hi = mid
+    """The longest prefix of `text` ending at a word boundary with at most `budget` tokens (RULER's
+    `cut_words`), or nothing when that prefix is only whitespace."""
+    best = cut_words(encoder, text, budget) if text.strip() else EMPTY
     return best if best.text.strip() else EMPTY
 
 
