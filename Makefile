@@ -11,7 +11,7 @@ export TOKENIZERS_PARALLELISM := false
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 export RAY_DEDUP_LOGS := 0
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup system run test lint bench clean
 
 $(STAMP):
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -30,10 +30,22 @@ $(STAMP):
 
 setup: $(STAMP)
 
+# Debian packages the tests drive for real: headless Chromium (HTML report checks) and a single-node Slurm.
+# Installed only when missing and only as root; the tests that need them say so and skip otherwise.
+SYSTEM_TOOLS := chromium slurmctld slurmd munged
+system:
+	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium, slurm-wlm, munge (missing:$$missing)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium slurm-wlm munge >/dev/null; \
+	  else echo "not root or no apt-get: tests needing$$missing will be skipped"; fi; \
+	fi
+
 run: setup
 	$(VENV)/bin/longeval run $(ARGS)
 
-test: setup
+test: setup system
 	$(VENV)/bin/ruff check longeval tests benchmarks jobs
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 

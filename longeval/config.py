@@ -19,6 +19,23 @@ from longeval.errors import ConfigError
 
 
 @dataclass
+class ApiConfig:
+    """An OpenAI-compatible server (a remote `vllm serve` or a hosted model), for `model.engine=openai`."""
+
+    base_url: str | None = None
+    """e.g. http://127.0.0.1:8000/v1"""
+    api_key_env: str = "OPENAI_API_KEY"
+    """The environment variable holding the key; the key itself never enters the config."""
+    model: str | None = None
+    """The served model name; default: model.name."""
+    mode: str = "chat"
+    """`chat` (/chat/completions) or `completions` (/completions with the rendered prompt)."""
+    concurrency: int = 8
+    timeout_s: float = 600.0
+    max_retries: int = 5
+
+
+@dataclass
 class ModelConfig:
     """The evaluated model and its engine settings (vLLM keyword arguments where names match)."""
 
@@ -42,6 +59,12 @@ class ModelConfig:
     """Extra `vllm.LLM` arguments (e.g. hf_overrides for rope scaling)."""
     env: dict[str, str] = field(default_factory=dict)
     """Environment for the engine process (e.g. VLLM_CPU_KVCACHE_SPACE, VLLM_ATTENTION_BACKEND)."""
+    architecture: dict[str, Any] = field(default_factory=dict)
+    """What GPU planning needs when the model's config.json is not at hand: num_hidden_layers,
+    num_key_value_heads, head_dim, max_position_embeddings, rope_scaling, num_parameters_b."""
+    engine: str = "vllm"
+    """`vllm` (in-process engine actors) or `openai` (an OpenAI-compatible server, see `api`)."""
+    api: ApiConfig = field(default_factory=lambda: ApiConfig())
 
 
 @dataclass
@@ -89,6 +112,10 @@ class ClusterConfig:
     batch_size: int = 8
     """Prompts per engine call; small batches keep the engine busy past long tails."""
     generate_parallelism: int = 2
+    gpu: str | None = None
+    """GPU preset for planning (a100_40gb, a100_80gb, a40_48gb, h100_80gb); None: no GPU planning."""
+    num_gpus: int = 0
+    """GPUs in the whole cluster, for planning replicas."""
     bucket_edges: list[int] = field(default_factory=list)
     """Split the lengths into contiguous engine pools: [16384] gives one pool for lengths <= 16384 (a short
     max_model_len, more sequences in the KV cache) and one for the longer ones. Empty: a single pool."""
@@ -105,6 +132,15 @@ class StoreConfig:
 class TrackingConfig:
     name: str = "none"
     backend: str = "none"
+    """`none` or `wandb`."""
+    project: str = "longeval"
+    entity: str | None = None
+    group: str | None = None
+    tags: list[str] = field(default_factory=list)
+    mode: str = "offline"
+    """W&B mode: offline (default on one machine; `wandb sync` later), online, disabled."""
+    table_rows: int = 50
+    """Instances per task logged as a W&B table (sampled with the suite seed)."""
 
 
 @dataclass
