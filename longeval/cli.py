@@ -82,10 +82,51 @@ def cmd_plan(overrides: list[str]) -> None:
         table.add_row(task, str(length), str(len(shards)), str(sum(s.stop - s.start for s in shards)),
                       str(get_task(task, cfg.suite.params).max_new_tokens))
     console.print(table)
+    from rich.text import Text
+
+    from longeval.capacity import find_model_arch, format_bytes, kv_cache_dtype_bytes
+
+    arch = find_model_arch(cfg.model)
     for pool in plan.pools:
-        console.print(f"pool {pool.name}: lengths {list(pool.lengths)}, max_model_len {pool.max_model_len}, "
-                      f"{pool.replicas} replica(s) x TP {pool.tensor_parallel_size}, "
-                      f"{pool.gpus_per_replica} GPU(s) per replica")
+        p = pool.placement
+        if p is None:
+            console.print(f"pool {pool.name}: lengths {list(pool.lengths)}, max_model_len {pool.max_model_len}, "
+                          f"{pool.replicas} replica(s) x TP {pool.tensor_parallel_size}, "
+                          f"{pool.gpus_per_replica} GPU(s) per replica")
+            if arch is not None:
+                kv = arch.kv_bytes_per_token(kv_cache_dtype_bytes(cfg.model, arch))
+                console.print(f"  KV cache {kv:,} bytes/token ({format_bytes(kv)}), "
+                              f"{format_bytes(kv * pool.max_model_len)} per sequence of {pool.max_model_len:,} tokens")
+        else:
+            gpus = p.tensor_parallel_size * p.replicas
+            seqs = f"{p.sequences_fit}" + (f", capped by model.max_num_seqs {cfg.model.max_num_seqs}"
+                                           if p.sequences_fit > p.max_num_seqs else "")
+            rows = [
+                ("lengths", ", ".join(map(str, pool.lengths))),
+                ("tensor_parallel_size", str(p.tensor_parallel_size)),
+                ("replicas", f"{p.replicas} ({gpus} of {cfg.cluster.num_gpus} GPUs)"),
+                ("max_model_len", f"{p.max_model_len:,}"),
+                ("max_num_seqs", str(p.max_num_seqs)),
+                ("max_num_batched_tokens", f"{p.max_num_batched_tokens:,}"),
+                ("KV cache per token", f"{p.kv_bytes_per_token:,} B ({format_bytes(p.kv_bytes_per_token)})"),
+                ("KV cache per sequence", format_bytes(p.kv_bytes_per_sequence)),
+                ("memory per replica", f"{p.tensor_parallel_size} x {format_bytes(p.budget_bytes_per_gpu)} = "
+                                       f"{format_bytes(p.tensor_parallel_size * p.budget_bytes_per_gpu)}"),
+                ("weights per GPU", format_bytes(p.weight_bytes_per_gpu)),
+                ("activations + overhead per GPU", format_bytes(p.reserve_bytes_per_gpu)),
+                ("KV memory per replica",
+                 f"{format_bytes(p.kv_bytes_per_replica)} ({p.kv_tokens_per_replica:,} tokens)"),
+                ("sequences that fit", seqs),
+            ]
+            pool_table = Table(title=f"{pool.name} on {p.gpu.label} (gpu_memory_utilization "
+                                     f"{cfg.model.gpu_memory_utilization:g})")
+            pool_table.add_column("setting")
+            pool_table.add_column("value")
+            for row in rows:
+                pool_table.add_row(*row)
+            console.print(pool_table)
+            for warning in p.warnings:
+                console.print(Text(f"  warning: {warning}", style="yellow"))
         over = [n for n in pool.lengths if n > pool.max_model_len]
         if over:
             console.print(f"  lengths {over} exceed the model's max_model_len: recorded as prompt_too_long")

@@ -31,7 +31,12 @@ class ApiConfig:
     mode: str = "chat"
     """`chat` (/chat/completions) or `completions` (/completions with the rendered prompt)."""
     concurrency: int = 8
+    """Requests in flight per engine actor."""
     timeout_s: float = 600.0
+    """Per request; long prompts take minutes to prefill."""
+    continue_final_message: bool = True
+    """Chat mode: send the answer prefix as a partial assistant turn (vLLM's continue_final_message); turn
+    off for servers without that extension (the prefix is then dropped)."""
     max_retries: int = 5
 
 
@@ -60,8 +65,11 @@ class ModelConfig:
     env: dict[str, str] = field(default_factory=dict)
     """Environment for the engine process (e.g. VLLM_CPU_KVCACHE_SPACE, VLLM_ATTENTION_BACKEND)."""
     architecture: dict[str, Any] = field(default_factory=dict)
-    """What GPU planning needs when the model's config.json is not at hand: num_hidden_layers,
-    num_key_value_heads, head_dim, max_position_embeddings, rope_scaling, num_parameters_b."""
+    """The model's shapes for GPU planning (`longeval plan` with cluster.gpu), named as in its config.json:
+    num_hidden_layers, num_key_value_heads, head_dim, max_position_embeddings, rope_scaling,
+    dual_chunk_attention_config, num_attention_heads, hidden_size, intermediate_size, vocab_size,
+    tie_word_embeddings, torch_dtype, plus num_parameters_b (billions; default: counted from the shapes).
+    Wins key by key over `<model.path>/config.json`, so presets plan without the weights at hand."""
     engine: str = "vllm"
     """`vllm` (in-process engine actors) or `openai` (an OpenAI-compatible server, see `api`)."""
     api: ApiConfig = field(default_factory=lambda: ApiConfig())
@@ -113,9 +121,13 @@ class ClusterConfig:
     """Prompts per engine call; small batches keep the engine busy past long tails."""
     generate_parallelism: int = 2
     gpu: str | None = None
-    """GPU preset for planning (a100_40gb, a100_80gb, a40_48gb, h100_80gb); None: no GPU planning."""
+    """GPU type for planning (a100_40gb, a100_80gb, a40_48gb, h100_80gb). Set, each pool gets its own
+    tensor_parallel_size, replicas, max_num_seqs and max_num_batched_tokens from the memory arithmetic
+    (longeval/capacity.py), overriding replicas and gpus_per_replica above. None: no GPU planning."""
     num_gpus: int = 0
-    """GPUs in the whole cluster, for planning replicas."""
+    """GPUs in the whole cluster: a pool runs num_gpus // tensor_parallel_size replicas."""
+    gpus_per_node: int = 8
+    """The largest tensor_parallel_size planning considers: tensor parallelism stays within a node."""
     bucket_edges: list[int] = field(default_factory=list)
     """Split the lengths into contiguous engine pools: [16384] gives one pool for lengths <= 16384 (a short
     max_model_len, more sequences in the KV cache) and one for the longer ones. Empty: a single pool."""
@@ -128,19 +140,48 @@ class StoreConfig:
     """Folder or s3://bucket/prefix under which each run gets its own run root."""
 
 
+TRACKING_BACKENDS = ("none", "wandb")
+TRACKING_MODES = ("offline", "online", "disabled")
+
+
 @dataclass
 class TrackingConfig:
+    """Where a job's results go besides its run root: nowhere (`none`) or one W&B run (`wandb`).
+
+    Tracking never fails an evaluation: a W&B error is a warning and the run goes on (`longeval.tracking`).
+    """
+
     name: str = "none"
     backend: str = "none"
     """`none` or `wandb`."""
     project: str = "longeval"
     entity: str | None = None
+    """W&B user or team; None: the account's default entity."""
     group: str | None = None
     tags: list[str] = field(default_factory=list)
     mode: str = "offline"
-    """W&B mode: offline (default on one machine; `wandb sync` later), online, disabled."""
+    """W&B mode: offline (default on one machine; `wandb sync` later), online (needs WANDB_API_KEY or
+    `wandb login`; without credentials the run is logged offline with a warning), disabled."""
     table_rows: int = 50
-    """Instances per task logged as a W&B table (sampled with the suite seed)."""
+    """Instances per task logged as a W&B table (sampled with the suite seed, spread over the lengths)."""
+    text_chars: int = 1000
+    """Characters kept of each prompt (its tail, where the question is) and output in those tables."""
+    dir: str | None = None
+    """Folder for W&B's local files (offline runs to sync); None: $WANDB_DIR, else a local run root, else the
+    working directory."""
+    init_timeout: float = 60.0
+    """Seconds `wandb.init` may take online before tracking gives up (and falls back to offline)."""
+    finish_timeout: float = 120.0
+    """Seconds the final upload may take online; what is left stays on disk for `wandb sync`."""
+
+    def __post_init__(self) -> None:
+        # Checked here, where the schema lives, so a typo fails before any work starts.
+        if self.backend not in TRACKING_BACKENDS:
+            raise ConfigError(f"tracking.backend={self.backend!r}; choices: {', '.join(TRACKING_BACKENDS)}")
+        if self.mode not in TRACKING_MODES:
+            raise ConfigError(f"tracking.mode={self.mode!r}; choices: {', '.join(TRACKING_MODES)}")
+        if self.table_rows < 0 or self.text_chars < 0:
+            raise ConfigError("tracking.table_rows and tracking.text_chars must be 0 or more")
 
 
 @dataclass
@@ -245,6 +286,12 @@ def _check(cfg: Config) -> None:
         unknown = [s for s in cfg.suite.subsets if s.lower() not in SUBSETS]
         if unknown:
             raise ConfigError(f"suite.subsets has {', '.join(map(repr, unknown))}; choices: {', '.join(SUBSETS)}")
+    if cfg.model.engine == "openai":
+        from longeval.engines.openai_compat import check_api
+
+        check_api(cfg.model)
+    elif cfg.model.engine != "vllm":
+        raise ConfigError(f"model.engine={cfg.model.engine!r}; choices: vllm, openai")
     if cfg.suite.samples < 1 or cfg.suite.shard_size < 1:
         raise ConfigError("suite.samples and suite.shard_size must be at least 1")
 

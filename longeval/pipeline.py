@@ -14,7 +14,7 @@ import os
 import platform
 import tempfile
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -155,6 +155,7 @@ def infer(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None
     second calls of two-call tasks (`longeval.followup`) until every chain is complete."""
     from longeval.followup import write_followups
 
+    plan.check_fits()  # a pool whose sequence fits on no GPU split fails here, not after an engine start
     ran = _infer_round(cfg, plan, root, model_path, progress)
     while write_followups(cfg, root, model_path):
         ran += _infer_round(cfg, plan, root, model_path, progress)
@@ -190,7 +191,7 @@ def schedule_shards(paths: list[str]) -> list[str]:
 def _infer_pool(cfg: Config, pool: Pool, todo: pa.Table, root: RunRoot, model_path: str, progress) -> int:
     import ray
 
-    from longeval.engines.vllm_engine import VllmPredictor
+    from longeval.engines import predictor_class
 
     total = pc.add(todo["input_tokens"], todo["max_new_tokens"])
     over = pc.greater(total, pool.max_model_len)
@@ -211,18 +212,24 @@ def _infer_pool(cfg: Config, pool: Pool, todo: pa.Table, root: RunRoot, model_pa
     paths = schedule_shards([p for p in paths if any(tag in p.rsplit("/", 1)[-1] for tag in lengths)])
     # One block per instance shard, so the engine gets small bundles; each actor writes its predictions
     # batch by batch, so a crash loses only the batch in flight.
-    ds = ray.data.read_parquet(paths, filesystem=fs, override_num_blocks=len(paths),
-                               columns=["instance_id", "prompt_token_ids", "max_new_tokens", "target_length"])
+    columns = ["instance_id", "prompt_token_ids", "max_new_tokens", "target_length"]
+    api = cfg.model.engine == "openai"
+    if api and cfg.model.api.mode == "chat":  # chat requests send the text, not the token ids
+        columns += ["prompt", "answer_prefix"]
+    ds = ray.data.read_parquet(paths, filesystem=fs, override_num_blocks=len(paths), columns=columns)
     wanted = send.combine_chunks() if hasattr(send, "combine_chunks") else send
     ds = ds.map_batches(lambda t: t.filter(pc.is_in(t["instance_id"], value_set=wanted)), batch_format="pyarrow")
     ds = ds.map_batches(
-        VllmPredictor,
-        fn_constructor_kwargs={"model": cfg.model, "model_path": model_path, "model_id": cfg.model.name,
+        predictor_class(cfg.model),
+        # GPU planning's per-pool engine settings (tensor parallel, sequences, prefill budget) over the model's.
+        fn_constructor_kwargs={"model": replace(cfg.model, **pool.engine_overrides(cfg.model)),
+                               "model_path": model_path, "model_id": cfg.model.name,
                                "max_model_len": pool.max_model_len, "root_uri": root.uri},
-        batch_size=cfg.cluster.batch_size,
+        # An API actor only waits on HTTP; its concurrency is model.api.concurrency requests per batch.
+        batch_size=max(cfg.cluster.batch_size, cfg.model.api.concurrency) if api else cfg.cluster.batch_size,
         compute=ray.data.ActorPoolStrategy(size=pool.replicas),
-        num_gpus=pool.gpus_per_replica or None,
-        num_cpus=1,
+        num_gpus=None if api else (pool.gpus_per_replica or None),
+        num_cpus=0.25 if api else 1,
     )
     task_id = progress.add_task(f"infer {pool.name}", total=len(send)) if progress else None
     for batch in ds.iter_batches(batch_size=cfg.cluster.batch_size, batch_format="pyarrow"):

@@ -52,3 +52,49 @@ def test_missing_qa_file_names_the_config_key(capsys, tmp_path, smollm2_path):
                       f"suite.data.hotpotqa_path={tmp_path / 'hotpot.json'}")
     assert code == 2
     assert "suite.data.hotpotqa_path" in text and "HotpotQA JSON" in text
+
+
+def test_plan_sizes_gpu_pools_for_1m_tokens(capsys, tmp_path):
+    """The preset's architecture block is enough: /models/Qwen2.5-7B-Instruct-1M does not exist here."""
+    code, text = _run(capsys, "plan", "model=qwen25_7b_1m", "suite=michelangelo_1m", "cluster=h100_80gb",
+                      f"store.root={tmp_path}")
+    assert code == 0
+    assert "pool2 on NVIDIA H100 80GB (gpu_memory_utilization 0.95)" in text
+    pool2 = text[text.index("pool2 on"):]
+    # 28 layers x 4 KV heads x 128 x 2 x 2 B = 57,344 B; x 1,010,000 tokens = 53.9 GiB; TP 2 on 8 GPUs: 4 replicas;
+    # 2 x 62,690,537,165 B = 116.8 GiB of KV cache = 2,186,472 tokens (tests/test_capacity.py works it out).
+    for row in ("│ tensor_parallel_size │ 2 │", "│ replicas │ 4 (8 of 8 GPUs) │", "│ max_model_len │ 1,010,000 │",
+                "│ max_num_seqs │ 1 │", "│ max_num_batched_tokens │ 131,072 │",
+                "│ KV cache per token │ 57,344 B (56.0 KiB) │", "│ KV cache per sequence │ 53.9 GiB │",
+                "│ KV memory per replica │ 116.8 GiB (2,186,472 tokens) │",
+                "│ sequences that fit │ 2, capped by model.max_num_seqs 1 │"):
+        assert row in pool2, row
+    assert "lengths [1048576] exceed the model's max_model_len" in text
+    assert "warning" not in text
+    assert not any(tmp_path.iterdir())
+
+
+def test_plan_warns_when_a_pool_does_not_fit(capsys, tmp_path):
+    code, text = _run(capsys, "plan", "model=qwen25_14b_1m", "suite=michelangelo_1m", "cluster=a100_40gb",
+                      "cluster.num_gpus=4", f"store.root={tmp_path}")
+    assert code == 0
+    assert "warning: does not fit: one sequence of 1,010,000 tokens needs 184.9 GiB of KV cache" in text
+
+
+def test_plan_without_a_gpu_prints_kv_bytes_per_token(capsys, tmp_path):
+    code, text = _run(capsys, "plan", "model=llama31_8b", "suite=ruler", "suite.tasks=[vt]", f"store.root={tmp_path}")
+    assert code == 0
+    assert "KV cache 131,072 bytes/token (128.0 KiB), 16.0 GiB per sequence of 131,072 tokens" in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["cluster=h100_80gb", "cluster.gpu=v100"], "unknown GPU 'v100' in cluster.gpu; known: a100_40gb"),
+        (["cluster=h100_80gb"], "set model.architecture.num_hidden_layers"),
+    ],
+)
+def test_plan_gpu_errors_say_what_to_do(capsys, tmp_path, argv, expected):
+    code, text = _run(capsys, "plan", f"store.root={tmp_path}", *argv)
+    assert code == 2
+    assert expected in text

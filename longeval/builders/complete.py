@@ -1,8 +1,8 @@
 """Send a batch of chat requests through the run's engine and get the texts back.
 
-The same engine actor as the pipeline's infer stage (`VllmPredictor`, greedy decoding, token-id prompts), as
-Ray actors that live across a builder's rounds (an engine start costs a minute or more), so a builder runs
-wherever a run would: on this machine's CPU or on a GPU cluster.
+The same engine actor as the pipeline's infer stage (`VllmPredictor`, or `ApiPredictor` for a model behind an
+OpenAI-compatible server; greedy decoding), as Ray actors that live across a builder's rounds (an engine start
+costs a minute or more), so a builder runs wherever a run would: on this machine's CPU or on a GPU cluster.
 """
 
 from __future__ import annotations
@@ -45,9 +45,11 @@ def render_requests(cfg: Config, model_path: str, requests: list[Request]) -> pa
                 f"request {req.request_id} needs {len(ids)} + {req.max_new_tokens} tokens, more than "
                 f"model.max_model_len={cfg.model.max_model_len}; shorten it or raise model.max_model_len"
             )
-        rows.append({"instance_id": req.request_id, "prompt_token_ids": ids, "max_new_tokens": req.max_new_tokens})
+        rows.append({"instance_id": req.request_id, "prompt_token_ids": ids, "max_new_tokens": req.max_new_tokens,
+                     "prompt": req.text, "answer_prefix": ""})
     return pa.Table.from_pylist(rows, schema=pa.schema([
-        ("instance_id", pa.string()), ("prompt_token_ids", pa.list_(pa.int32())), ("max_new_tokens", pa.int64())]))
+        ("instance_id", pa.string()), ("prompt_token_ids", pa.list_(pa.int32())), ("max_new_tokens", pa.int64()),
+        ("prompt", pa.large_string()), ("answer_prefix", pa.string())]))
 
 
 class Completer:
@@ -56,11 +58,13 @@ class Completer:
     def __init__(self, cfg: Config, model_path: str) -> None:
         import ray
 
-        from longeval.engines.vllm_engine import VllmPredictor
+        from longeval.engines import predictor_class
         from longeval.pipeline import init_ray
 
         init_ray(cfg)
-        actor = ray.remote(num_cpus=1, num_gpus=cfg.cluster.gpus_per_replica or 0)(VllmPredictor)
+        api = cfg.model.engine == "openai"
+        actor = ray.remote(num_cpus=0.25 if api else 1,
+                           num_gpus=0 if api else (cfg.cluster.gpus_per_replica or 0))(predictor_class(cfg.model))
         self.cfg, self.model_path = cfg, model_path
         self.actors = [actor.remote(cfg.model, model_path, cfg.model.name, cfg.model.max_model_len)
                        for _ in range(max(1, cfg.cluster.replicas))]
