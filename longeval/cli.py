@@ -1,5 +1,5 @@
-"""Command line: `longeval run | plan | generate | infer | score | report | models prepare`, and the builders
-`longeval mrcr build-pool` and `longeval tail build`.
+"""Command line: `longeval run | plan | generate | infer | score | report | compare | models prepare`, and builders
+(`longeval mrcr build-pool`, `longeval tail build`).
 
 Every command takes Hydra-style overrides (`model=... suite=ruler suite.lengths=[4096,8192]`) and
 works on the run root they name, so each stage can run alone on an existing run.
@@ -174,6 +174,72 @@ def cmd_tail(args: argparse.Namespace) -> None:
     console.print(f"dataset: {args.out}; evaluate it: longeval run suite=tail suite.params.tail.dataset={args.out}")
 
 
+def _is_run_root(arg: str) -> bool:
+    """`longeval report` arguments with '=' are Hydra overrides, the others run roots; s3:// and file:// URIs
+    are run roots even with '=' in them (Hive-style prefixes)."""
+    return "=" not in arg or arg.startswith(("s3://", "file://"))
+
+
+def cmd_report(args: argparse.Namespace) -> None:
+    from longeval.errors import ConfigError
+
+    roots = [a for a in args.overrides if _is_run_root(a)]
+    overrides = [a for a in args.overrides if not _is_run_root(a)]
+    if roots and overrides:
+        raise ConfigError(f"give run roots ({' '.join(roots)}) or Hydra overrides ({' '.join(overrides)}), not both: "
+                          "`longeval report RUN_ROOT ... -o report.html` or `longeval report suite=... [-o ...]`")
+    if not roots:
+        cmd_run(overrides, ("report",))
+        if not args.output:
+            return
+        from longeval.config import load_config
+
+        roots = [load_config(overrides).run_root]
+    from longeval.report.html import write_report
+
+    result = write_report(roots, args.output or "report.html", resamples=args.resamples, seed=args.seed,
+                          compare=not args.no_compare)
+    for run in result.runs:
+        if run.computed:
+            console.print(f"{run.label}: summaries computed from the scores and written to {run.uri}/summary/")
+    for pair in result.pairs:
+        if pair.comparison is None:
+            console.print(f"[yellow]not compared[/] {pair.b} with {pair.a}: {pair.error}")
+        else:
+            console.print(f"compared {pair.b} with {pair.a}: {pair.comparison.matched.describe()}")
+    extra = f", per-instance CSVs in {result.data_files[0].parent}" if result.data_files else ""
+    console.print(f"report: {result.path} ({len(result.runs)} run(s){extra})")
+
+
+def cmd_compare(args: argparse.Namespace) -> None:
+    from longeval.compare import compare_scores
+    from longeval.report.runs import load_scores, provenance_pairs
+    from longeval.report.table import render_comparison
+    from longeval.store import RunRoot
+
+    a, b = RunRoot(args.a).uri, RunRoot(args.b).uri
+    comparison = compare_scores(load_scores(a), load_scores(b), resamples=args.resamples, seed=args.seed,
+                                provenance=provenance_pairs(a, b), names=(a, b))
+    console.print(f"A = {a}\nB = {b}\n{comparison.matched.describe()}")
+    console.print(render_comparison(comparison.table))
+    console.print(f"95 % interval: paired bootstrap, {args.resamples} resamples, seed {args.seed}; p: exact McNemar "
+                  "for 0/1 scores, paired permutation for continuous ones (two-sided, per row, unadjusted)")
+    if args.csv:
+        import pyarrow.csv as pacsv
+
+        pacsv.write_csv(comparison.table, args.csv)
+        console.print(f"table: {args.csv}")
+
+
+def cmd_dashboards(args: argparse.Namespace) -> None:
+    from longeval.dashboards import create
+
+    console.print(f"[bold]longeval[/] dashboards create: W&B {args.entity}/{args.project}"
+                  f"{' with a report' if args.report else ''}")
+    for url in create(args.entity, args.project, suites=args.suite, with_report=args.report):
+        console.print(f"saved: {url}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="longeval", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -183,10 +249,25 @@ def main(argv: list[str] | None = None) -> int:
         ("generate", "write the instances only"),
         ("infer", "run the engine on instances without predictions"),
         ("score", "score the predictions"),
-        ("report", "summarise the scores and print the results table"),
+        ("report", "summarise the scores and print the results table; with run roots, write an HTML report"),
     ):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. suite=ruler suite.lengths=[4096]")
+    report = sub.choices["report"]
+    report.description = ("`longeval report [overrides]` summarises the run root the overrides name and prints its "
+                          "tables; `longeval report RUN_ROOT [RUN_ROOT ...] -o report.html` writes a self-contained "
+                          "HTML report of those run roots (arguments without '=' are run roots) and compares each "
+                          "run with the first.")
+    report.add_argument("-o", "--output", help="the HTML report to write (default report.html with run roots)")
+    report.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples of the comparisons")
+    report.add_argument("--seed", type=int, default=0, help="seed of the comparisons' bootstrap")
+    report.add_argument("--no-compare", action="store_true", help="leave out the paired comparisons")
+    compare = sub.add_parser("compare", help="paired comparison of two run roots on their shared instances")
+    compare.add_argument("a", help="run root A, the baseline (local or s3://)")
+    compare.add_argument("b", help="run root B; differences are B - A")
+    compare.add_argument("--resamples", type=int, default=10_000, help="bootstrap (and permutation) resamples")
+    compare.add_argument("--seed", type=int, default=0, help="seed of the bootstrap; the same seed, the same table")
+    compare.add_argument("--csv", help="also write the table as CSV to this local path")
     models = sub.add_parser("models", help="prepare the packaged models")
     models.add_argument("action", choices=["prepare"])
     models.add_argument("--tiny", action="store_true", help="also build the tiny random-weight test model")
@@ -208,8 +289,15 @@ def main(argv: list[str] | None = None) -> int:
     tail.add_argument("--question-tokens", type=int, default=512, help="output budget of a question request")
     tail.add_argument("--check-tokens", type=int, default=64, help="output budget of a quality or RAG check")
     tail.add_argument("overrides", nargs="*", help="Hydra overrides for the generator model, e.g. model=llama31_8b")
+    dashboards = sub.add_parser("dashboards", help="W&B dashboards: create saves the standard workspace (and report)")
+    dashboards.add_argument("action", choices=["create"])
+    dashboards.add_argument("--entity", required=True, help="W&B user or team that owns the project")
+    dashboards.add_argument("--project", required=True, help="the W&B project the runs log to (tracking.project)")
+    dashboards.add_argument("--suite", action="append", help="only this suite's families and lengths (repeatable; "
+                            "default: every suite in conf/suite)")
+    dashboards.add_argument("--report", action="store_true", help="also save a W&B report with the same views")
     args, extra = parser.parse_known_args(argv)
-    if extra and args.command in ("mrcr", "tail") and not any(e.startswith("-") for e in extra):
+    if extra and args.command in ("mrcr", "tail", "report") and not any(e.startswith("-") for e in extra):
         args.overrides += extra  # overrides may follow the options: `build-pool out --per-key 2 model=...`
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -221,8 +309,14 @@ def main(argv: list[str] | None = None) -> int:
             cmd_mrcr(args)
         elif args.command == "tail":
             cmd_tail(args)
+        elif args.command == "dashboards":
+            cmd_dashboards(args)
         elif args.command == "plan":
             cmd_plan(args.overrides)
+        elif args.command == "report":
+            cmd_report(args)
+        elif args.command == "compare":
+            cmd_compare(args)
         elif args.command == "run":
             cmd_run(args.overrides, ("generate", "infer", "score", "report"))
         else:

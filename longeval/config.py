@@ -8,6 +8,7 @@ key and its choices.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -296,18 +297,28 @@ def _check(cfg: Config) -> None:
         raise ConfigError("suite.samples and suite.shard_size must be at least 1")
 
 
-SECRET_WORDS = ("token", "secret", "password", "credential", "api_key", "access_key")
+SECRET_WORDS = ("secret", "password", "passwd", "credential", "api_key", "apikey", "access_key", "private_key")
+"""Parts of a key name that mark a credential wherever they appear; "token" counts only as a whole word."""
 
 
 def redact(values: dict[str, Any]) -> dict[str, Any]:
-    """Hide values whose key names a credential: nothing secret reaches disk, logs or W&B."""
-    return {k: ("***" if _is_secret(k) else v) for k, v in values.items()}
+    """Hide values whose key names a credential, at any depth: nothing secret reaches disk, logs or W&B."""
+    return {k: ("***" if _is_secret(k) else _redact_value(v)) for k, v in values.items()}
 
 
-def _is_secret(key: str) -> bool:
-    """Whether a key names a credential (HF_TOKEN, api_key, ...); "tokenizer" is a path, not a token."""
-    name = key.lower().replace("tokenizer", "")
-    return any(word in name for word in SECRET_WORDS)
+def _redact_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        return redact(value)
+    if isinstance(value, list | tuple):
+        return [_redact_value(v) for v in value]
+    return value
+
+
+def _is_secret(key: Any) -> bool:
+    """Whether a key names a credential: HF_TOKEN, auth_token, api_key, AWS_SECRET_ACCESS_KEY... but not
+    `tokenizer` (a path) or `max_num_batched_tokens` (a number)."""
+    name = str(key).lower().replace("-", "_")
+    return any(word in name for word in SECRET_WORDS) or "token" in re.split(r"[^a-z0-9]+", name)
 
 
 def to_yaml(cfg: Config) -> str:

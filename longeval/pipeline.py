@@ -521,20 +521,32 @@ def run(cfg: Config, *, stages: Iterable[str] = STAGES, progress=None) -> RunRes
     model_path = str(resolve_model_path(cfg.model.path))
     plan = make_plan(cfg)
     root = RunRoot(cfg.run_root)
+    root.probe()  # a wrong endpoint, bucket or key fails now; later S3 errors are waited out (store.py)
     _check_same_config(cfg, root)
     if "generate" in stages:
         preflight(cfg, plan, model_path)
     write_provenance(cfg, root, model_path)
-    if {"generate", "infer", "score"} & set(stages):
-        init_ray(cfg)
-    if "generate" in stages:
-        _unwrap_ray_errors(generate, cfg, plan, root, model_path, progress)
-    if "infer" in stages:
-        _unwrap_ray_errors(infer, cfg, plan, root, model_path, progress)
-    scores = _unwrap_ray_errors(score, cfg, root) if "score" in stages else None
-    if "report" in stages:
-        return report(cfg, root, scores)
-    return RunResult(root=root.uri, summary=None, lengths=None, headline=None)
+    from longeval import tracking
+
+    tracker = tracking.start_tracking(cfg, root)  # W&B errors are warnings: tracking never fails the run
+    try:
+        if {"generate", "infer", "score"} & set(stages):
+            init_ray(cfg)
+        if "generate" in stages:
+            _unwrap_ray_errors(generate, cfg, plan, root, model_path, progress)
+        if "infer" in stages:
+            _unwrap_ray_errors(infer, cfg, plan, root, model_path, progress)
+        scores = _unwrap_ray_errors(score, cfg, root) if "score" in stages else None
+        if "report" in stages:
+            result = report(cfg, root, scores)
+            tracker.log_results()
+        else:
+            result = RunResult(root=root.uri, summary=None, lengths=None, headline=None)
+    except BaseException:
+        tracker.finish(failed=True)
+        raise
+    tracker.finish()
+    return result
 
 
 def _check_same_config(cfg: Config, root: RunRoot) -> None:

@@ -1,9 +1,15 @@
 """One filesystem layer for a run root: a local folder, a `file://` URI or `s3://bucket/prefix`.
 
-Every stage writes its output as Parquet shards under `<root>/<stage>/<name>.parquet`. A shard is written
-atomically (a local temp file renamed into place; on S3 a single object upload, which only becomes visible
-when complete), so a finished shard name is proof the shard is whole. Resume is therefore just "skip the
+Every stage writes its output as Parquet shards under `<root>/<stage>/<name>.parquet`. A shard is committed in
+two steps: the data is written atomically (a local temp file renamed into place; on S3 a single object upload,
+which only becomes visible when complete), then a small commit record `<root>/_manifest/<stage>/<name>.json`
+(rows, bytes, sha256) is written. Only shards with a commit record exist for readers, so a shard cut short by a
+crash, or half-written by a store without atomic publish, is never read. Resume is therefore just "skip the
 names in `shard_names(stage)`": a crash loses at most the shards in flight.
+
+Transient S3 errors (connection refused, timeouts, 5xx, throttling) are retried with exponential backoff for up
+to `patience_s` seconds (default 300, `LONGEVAL_S3_PATIENCE_S`), so a store that restarts mid-run costs a pause,
+not the run; `probe()` checks a store once, quickly, so a mistyped endpoint fails at once instead.
 
 S3 access goes through `pyarrow.fs.S3FileSystem`. The endpoint comes from `LONGEVAL_S3_ENDPOINT`,
 `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL` (for SeaweedFS, MinIO, Ceph...), credentials from the AWS SDK's
@@ -30,11 +36,11 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from longeval.errors import StoreError
 
-__all__ = ["ENDPOINT_ENV_VARS", "RunRoot", "filesystem", "read_uri", "s3_endpoint_from_env"]
+__all__ = ["ENDPOINT_ENV_VARS", "RunRoot", "default_patience", "filesystem", "read_uri", "s3_endpoint_from_env"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +51,9 @@ ENDPOINT_ENV_VARS = ("LONGEVAL_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOIN
 
 _PARQUET = ".parquet"
 _TMP_SUFFIX = ".tmp"
+_MANIFEST = "_manifest"
+DEFAULT_PATIENCE_S = 300.0
+PATIENCE_ENV_VAR = "LONGEVAL_S3_PATIENCE_S"
 _AWS_CODE = re.compile(r"AWS Error (\w+)")
 _HTTP_STATUS = re.compile(r"HTTP status (\d{3})")
 # Worth another try: the server was briefly away, overloaded or restarting.
@@ -121,14 +130,19 @@ class RunRoot:
 
     Args:
         uri: a local path, `file:///abs/path` or `s3://bucket/prefix`.
-        attempts: tries per S3 operation for transient errors (connection refused, 5xx, throttling).
+        attempts: tries per S3 operation for transient errors (connection refused, 5xx, throttling), at least.
         connect_timeout: seconds to wait for an S3 connection before counting the attempt as failed.
+        patience_s: keep retrying transient S3 errors this long (an S3 server restarting mid-run); default
+            $LONGEVAL_S3_PATIENCE_S, else 300 s.
     """
 
-    def __init__(self, uri: str, *, attempts: int = 3, connect_timeout: float = 5.0) -> None:
+    def __init__(
+        self, uri: str, *, attempts: int = 3, connect_timeout: float = 5.0, patience_s: float | None = None
+    ) -> None:
         if not isinstance(uri, str) or not uri.strip():
             raise StoreError(f"empty run root {uri!r}; give a local path, file:///path or s3://bucket/prefix")
         self._attempts = max(1, attempts)
+        self._patience_s = default_patience() if patience_s is None else max(0.0, patience_s)
         self._connect_timeout = connect_timeout
         self._endpoint: S3Endpoint | None = None
         self._fs_cache: pafs.FileSystem | None = None
@@ -191,16 +205,33 @@ class RunRoot:
     # -- shards -----------------------------------------------------------------------------------------
 
     def write_table(self, stage: str, name: str, table: pa.Table) -> None:
-        """Write one shard atomically: readers see the whole shard or none of it."""
+        """Write one shard and commit it: readers see the whole shard or none of it."""
         rel = self._rel(stage, name + _PARQUET)
-        if self._kind == "local":
-            self._local_atomic(rel, lambda f: pq.write_table(table, f, compression="zstd"))
-            return
-        # Serialise first, so a failure while encoding never reaches the bucket; the upload is then one
-        # object write, which S3 publishes only when it completes.
+        # Serialise first, so a failure while encoding never reaches the store; the write is then one atomic
+        # file rename or object upload, and the commit record after it publishes the shard.
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, compression="zstd")
-        self._s3_put(rel, sink.getvalue())
+        data = sink.getvalue()
+        if self._kind == "local":
+            self._local_atomic(rel, lambda f: f.write(data))
+        else:
+            self._s3_put(rel, data)
+        record = {"rows": table.num_rows, "bytes": data.size, "sha256": hashlib.sha256(data).hexdigest()}
+        self.write_bytes(self._commit_name(stage, name), json.dumps(record, sort_keys=True).encode("utf-8"))
+
+    def commit_record(self, stage: str, name: str) -> dict[str, Any]:
+        """The commit record of a finished shard: its rows, bytes and sha256."""
+        return json.loads(self.read_bytes(self._commit_name(stage, name)))
+
+    def verify(self, stage: str) -> list[str]:
+        """Finished shards of a stage whose bytes do not match their commit record (empty when all do)."""
+        bad = []
+        for name in sorted(self.shard_names(stage)):
+            record = self.commit_record(stage, name)
+            data = self.read_bytes(f"{stage}/{name}{_PARQUET}")
+            if len(data) != record["bytes"] or hashlib.sha256(data).hexdigest() != record["sha256"]:
+                bad.append(name)
+        return bad
 
     def read_stage(
         self, stage: str, schema: pa.Schema | None = None, *, columns: list[str] | None = None
@@ -246,16 +277,28 @@ class RunRoot:
         return self._fs, [self._full(stage, n + _PARQUET) for n in sorted(self.shard_names(stage))]
 
     def shard_names(self, stage: str) -> set[str]:
-        """Names of the finished shards of a stage (without `.parquet`): what a rerun may skip."""
-        return {
+        """Names of the finished shards of a stage (without `.parquet`): written and committed, what a rerun
+        may skip."""
+        written = {
             base[: -len(_PARQUET)]
             for base in self._list(self._rel(stage))
             if base.endswith(_PARQUET) and not base.startswith(".")
         }
+        committed = {base.removesuffix(".json") for base in self._list(self._rel(_MANIFEST, stage))}
+        return written & committed
 
     def has(self, stage: str, name: str) -> bool:
-        """Whether the shard `name` of `stage` is finished."""
-        return self.exists(f"{self._rel(stage)}/{name}{_PARQUET}")
+        """Whether the shard `name` of `stage` is finished (written and committed)."""
+        return self.exists(self._commit_name(stage, name)) and self.exists(f"{self._rel(stage)}/{name}{_PARQUET}")
+
+    def probe(self) -> None:
+        """Reach the store once, without the long patience: a wrong endpoint, bucket or key fails now, with
+        what to fix, instead of after minutes of retries."""
+        patience, self._patience_s = self._patience_s, 0.0
+        try:
+            self._list(self._rel(_MANIFEST))
+        finally:
+            self._patience_s = patience
 
     # -- small files ------------------------------------------------------------------------------------
 
@@ -348,6 +391,9 @@ class RunRoot:
                 pieces.append(piece)
         return "/".join(pieces)
 
+    def _commit_name(self, stage: str, name: str) -> str:
+        return f"{_MANIFEST}/{self._rel(stage)}/{name}.json"
+
     def _full(self, *parts: str) -> str:
         return f"{self._base}/{self._rel(*parts)}"
 
@@ -391,9 +437,15 @@ class RunRoot:
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run one filesystem operation, retrying transient S3 errors, and turn failures into StoreError."""
+        if self._kind != "s3":
+            stop = stop_after_attempt(1)
+        elif self._patience_s > 0:  # keep trying through an outage, but at least `attempts` times
+            stop = stop_after_delay(self._patience_s) & stop_after_attempt(self._attempts)
+        else:
+            stop = stop_after_attempt(self._attempts)
         retrying = Retrying(
-            stop=stop_after_attempt(self._attempts if self._kind == "s3" else 1),
-            wait=wait_exponential(multiplier=0.25, max=2.0),
+            stop=stop,
+            wait=wait_exponential(multiplier=0.25, max=10.0 if self._patience_s > 0 else 2.0),
             retry=retry_if_exception(_is_transient),
             reraise=True,
         )
@@ -438,6 +490,17 @@ class RunRoot:
                 f"bucket {self._bucket!r} exists"
             )
         return StoreError(f"cannot {what}: {hint} [{message}]")
+
+
+def default_patience() -> float:
+    """Seconds to keep retrying transient S3 errors: $LONGEVAL_S3_PATIENCE_S, else 300."""
+    value = os.environ.get(PATIENCE_ENV_VAR, "").strip()
+    if not value:
+        return DEFAULT_PATIENCE_S
+    try:
+        return max(0.0, float(value))
+    except ValueError as exc:
+        raise StoreError(f"{PATIENCE_ENV_VAR}={value!r} is not a number of seconds, e.g. 300") from exc
 
 
 def read_uri(uri: str) -> bytes:

@@ -50,6 +50,8 @@ class S3Server:
     ports: list[int] = field(default_factory=list)
     start_seconds: float = 0.0
     stop_seconds: float = field(default=0.0, init=False)
+    command: list[str] = field(default_factory=list)
+    command_env: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def log_path(self) -> Path:
@@ -83,6 +85,21 @@ class S3Server:
         """All object keys in the bucket under `prefix`, sorted."""
         pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
         return sorted(obj["Key"] for page in pages for obj in page.get("Contents", []))
+
+    def crash(self) -> None:
+        """SIGKILL the server (an outage, not a shutdown); `restart()` brings it back with the same data."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def restart(self) -> None:
+        """Start the server again on the same ports, folder and keys, and wait until S3 answers."""
+        self.crash()
+        started = time.monotonic()
+        with open(self.workdir / "weed.log", "ab") as log:
+            self.process = subprocess.Popen(self.command, cwd=self.workdir, env=self.command_env, stdout=log,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
+        _wait_ready(self, started + START_TIMEOUT_S)
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after a short grace: a clean SeaweedFS shutdown can take up to ~30 s."""
@@ -207,6 +224,8 @@ def start_seaweedfs(workdir: Path, *, bucket: str = "longeval-test") -> S3Server
         workdir=workdir,
         process=process,
         ports=[master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc, admin, admin + 10000],
+        command=args,
+        command_env=env,
     )
     try:
         _wait_ready(server, started + START_TIMEOUT_S)

@@ -112,3 +112,27 @@ def test_credentials_are_redacted_but_the_tokenizer_path_is_kept():
                     "VLLM_CPU_KVCACHE_SPACE": "2"})
     assert shown == {"HF_TOKEN": "***", "api_key": "***", "AWS_SECRET_ACCESS_KEY": "***", "tokenizer": "/m",
                      "VLLM_CPU_KVCACHE_SPACE": "2"}
+
+
+def test_tracking_wandb_composes_and_bad_values_name_the_choices():
+    cfg = load_config(["tracking=wandb", "tracking.project=lc", "tracking.entity=team", "tracking.tags=[a,b]"])
+    t = cfg.tracking
+    assert (t.backend, t.mode, t.project, t.entity, t.tags, t.table_rows) == ("wandb", "offline", "lc", "team",
+                                                                              ["a", "b"], 50)
+    assert load_config().tracking.backend == "none"
+    with pytest.raises(ConfigError, match="tracking.backend='wandbb'; choices: none, wandb"):
+        load_config(["tracking.backend=wandbb"])
+    with pytest.raises(ConfigError, match="tracking.mode='cloud'; choices: offline, online, disabled"):
+        load_config(["tracking=wandb", "tracking.mode=cloud"])
+
+
+def test_redaction_reaches_nested_values_and_spares_token_counts():
+    from longeval.config import redact
+
+    shown = redact({"hf_overrides": {"hf_token": "t0k", "rope_scaling": {"factor": 4}},
+                    "max_num_batched_tokens": 131072, "headers": [{"x-api-key": "k"}, {"Authorization_token": "b"}],
+                    "WANDB_API_KEY": "w", "tokenizer_mode": "auto"})
+    assert shown == {"hf_overrides": {"hf_token": "***", "rope_scaling": {"factor": 4}},
+                     "max_num_batched_tokens": 131072,
+                     "headers": [{"x-api-key": "***"}, {"Authorization_token": "***"}],
+                     "WANDB_API_KEY": "***", "tokenizer_mode": "auto"}

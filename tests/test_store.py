@@ -114,7 +114,8 @@ def test_a_successful_write_leaves_no_temp_files(root: RunRoot) -> None:
     root.write_json("config.json", {})
     root.write_text("notes/a.txt", "x")
     files = sorted(p.relative_to(root.local_path()).as_posix() for p in root.local_path().rglob("*"))
-    assert files == ["config.json", "notes", "notes/a.txt", "predictions", "predictions/s0.parquet"]
+    assert files == ["_manifest", "_manifest/predictions", "_manifest/predictions/s0.json", "config.json", "notes",
+                     "notes/a.txt", "predictions", "predictions/s0.parquet"]
 
 
 def test_a_write_that_fails_midway_publishes_nothing(root: RunRoot) -> None:

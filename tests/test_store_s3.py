@@ -72,8 +72,11 @@ def test_table_round_trip(root: RunRoot, server: S3Server) -> None:
     assert root.read_stage("predictions", PREDICTION_SCHEMA).equals(table)
     assert root.has("predictions", "shard-00000")
     assert not root.has("predictions", "shard-00001")
-    # What landed is one plain zstd Parquet object that any S3 client can read.
-    assert server.keys(PREFIX + "/") == [f"{PREFIX}/predictions/shard-00000.parquet"]
+    # What landed is one plain zstd Parquet object that any S3 client can read, and its commit record.
+    assert server.keys(PREFIX + "/") == [f"{PREFIX}/_manifest/predictions/shard-00000.json",
+                                         f"{PREFIX}/predictions/shard-00000.parquet"]
+    record = root.commit_record("predictions", "shard-00000")
+    assert record["rows"] == 5 and root.verify("predictions") == []
     body = server.client().get_object(Bucket=server.bucket, Key=f"{PREFIX}/predictions/shard-00000.parquet")
     parquet = pq.ParquetFile(io.BytesIO(body["Body"].read()))
     assert parquet.metadata.row_group(0).column(0).compression == "ZSTD"
@@ -131,8 +134,25 @@ def test_a_write_that_fails_midway_publishes_nothing(root: RunRoot, server: S3Se
         root.write_table("predictions", "s1", unwritable)
     with pytest.raises(pa.ArrowNotImplementedError):
         root.write_table("predictions", "s0", unwritable)  # a failed rewrite keeps the old shard
-    assert server.keys(PREFIX + "/") == [f"{PREFIX}/predictions/s0.parquet"]
+    assert server.keys(PREFIX + "/") == [f"{PREFIX}/_manifest/predictions/s0.json", f"{PREFIX}/predictions/s0.parquet"]
     assert root.read_stage("predictions").equals(good)
+
+
+def test_a_shard_without_its_commit_record_is_not_read(root: RunRoot, server: S3Server) -> None:
+    """A crash between the data upload and the commit record leaves a shard that readers never see."""
+    root.write_table("predictions", "s0", predictions(2))
+    body = server.client().get_object(Bucket=server.bucket, Key=f"{PREFIX}/predictions/s0.parquet")["Body"].read()
+    server.client().put_object(Bucket=server.bucket, Key=f"{PREFIX}/predictions/s1.parquet", Body=body)
+    assert root.shard_names("predictions") == {"s0"}
+    assert not root.has("predictions", "s1")
+    assert root.read_stage("predictions").num_rows == 2
+
+
+def test_verify_names_a_shard_whose_bytes_changed(root: RunRoot, server: S3Server) -> None:
+    root.write_table("predictions", "s0", predictions(2))
+    root.write_table("predictions", "s1", predictions(3))
+    server.client().put_object(Bucket=server.bucket, Key=f"{PREFIX}/predictions/s1.parquet", Body=b"truncated")
+    assert root.verify("predictions") == ["s1"]
 
 
 def test_shard_names_ignore_stray_objects(root: RunRoot, server: S3Server) -> None:
@@ -196,7 +216,7 @@ def test_wrong_endpoint_fails_fast_with_a_helpful_message(monkeypatch: pytest.Mo
     root = RunRoot("s3://bucket/run1")
     started = time.monotonic()
     with pytest.raises(StoreError) as info:
-        root.shard_names("predictions")
+        root.probe()  # what a run does first: no long patience before the first answer
     elapsed = time.monotonic() - started
     message = str(info.value)
     assert "s3://bucket/run1" in message
@@ -204,4 +224,25 @@ def test_wrong_endpoint_fails_fast_with_a_helpful_message(monkeypatch: pytest.Mo
     assert "LONGEVAL_S3_ENDPOINT" in message
     assert elapsed < 5, f"bounded retries should fail fast, took {elapsed:.1f} s"
     with pytest.raises(StoreError, match="cannot reach the S3 endpoint"):
-        root.write_table("predictions", "s0", predictions(1))
+        RunRoot("s3://bucket/run1", patience_s=0.5).write_table("predictions", "s0", predictions(1))
+
+
+def test_a_store_outage_within_the_patience_costs_a_pause_not_the_write(
+    root: RunRoot, server: S3Server
+) -> None:
+    """Kill the S3 server, write while it is down, restart it: the write waits and lands."""
+    import threading
+
+    root.write_table("predictions", "s0", predictions(1))
+    patient = RunRoot(root.uri, patience_s=120)
+    server.crash()
+    restarter = threading.Timer(4.0, server.restart)
+    restarter.start()
+    started = time.monotonic()
+    try:
+        patient.write_table("predictions", "s1", predictions(2))
+    finally:
+        restarter.join()
+    assert time.monotonic() - started >= 3.5  # it really waited for the server
+    assert patient.shard_names("predictions") == {"s0", "s1"}
+    assert patient.read_stage("predictions").num_rows == 3

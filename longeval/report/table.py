@@ -13,7 +13,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["format_length", "render_breakdown", "render_errors", "render_heatmap", "render_ladder", "render_results"]
+__all__ = ["format_length", "render_breakdown", "render_comparison", "render_errors", "render_heatmap", "render_ladder",
+           "render_results"]
 
 _MISSING = "–"
 
@@ -164,4 +165,25 @@ def render_heatmap(grid: pa.Table) -> Table:
     for model_id, by_depth in sorted(cells.items()):
         for depth in sorted(by_depth):
             table.add_row(model_id, f"{depth:g}", *[_score_cell(by_depth[depth].get(n)) for n in lengths])
+    return table
+
+
+def render_comparison(comparison: pa.Table, *, title: str = "B − A, paired on shared instances") -> Table:
+    """`longeval compare`'s table (`compare.COMPARISON_SCHEMA`): per family, task and length the means of A and
+    B, the difference with its 95 % bootstrap interval and the paired test's p-value; a pooled `overall` row
+    closes each family. Green: the interval lies above 0; red: below."""
+    table = Table(title=title, title_justify="left")
+    for col in ("family", "task", "length", "n", "A", "B", "B − A", "95% CI", "p", "test"):
+        text = col in ("family", "task", "test")
+        table.add_column(col, justify="left" if text else "right", no_wrap=not text)  # numbers never wrap
+    for row in comparison.to_pylist():
+        overall = row["target_length"] is None
+        style = "green" if row["ci_low"] > 0 else "red" if row["ci_high"] < 0 else ""
+        p = row["p_value"]
+        table.add_row(row["family"], row["task"], "all" if overall else format_length(row["target_length"]),
+                      str(row["n"]), f"{row['mean_a']:.2f}", f"{row['mean_b']:.2f}",
+                      Text(f"{row['diff']:+.2f}", style=style), Text(f"[{row['ci_low']:.2f}, {row['ci_high']:.2f}]",
+                                                                      style=style),
+                      "< 0.001" if p < 0.001 else f"{p:.3f}", row["test"], style="bold" if overall else None,
+                      end_section=overall)
     return table

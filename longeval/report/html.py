@@ -1,0 +1,647 @@
+"""The static HTML report of one or more run roots: `longeval report RUN_ROOT [RUN_ROOT ...] -o report.html`.
+
+The page is self-contained: styles inline, figures inline as base64 SVG images, no script, no font or CDN
+download, so it opens offline and can be mailed or archived as one file. Every text (labels, task names,
+anything a model wrote) goes through Jinja's autoescaping. Sections appear only where their summary tables
+exist: a RULER-only run shows no TAIL heatmap.
+
+`build_page` and the `*_section` helpers are pure (summary tables in, HTML out); `write_report` is the edge
+that reads run roots, computes comparisons, writes per-instance CSVs beside the page and writes the page.
+See docs/results.md for what each table and figure shows and how it maps to the papers.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import os
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from urllib.parse import quote
+
+import pyarrow as pa
+from matplotlib.figure import Figure
+
+from longeval import __version__
+from longeval.compare import OVERALL, Comparison, compare_scores
+from longeval.errors import ConfigError, LongevalError
+from longeval.report import plots
+from longeval.report.runs import RunData, family_rows, has_rows
+from longeval.report.table import format_length
+
+__all__ = ["Cell", "FigureBlock", "PairView", "ReportResult", "Row", "Section", "TableBlock", "TextBlock",
+           "build_page", "comparison_sections", "family_sections", "leaderboard_section", "runs_section",
+           "write_report"]
+
+FAMILY_ORDER = ("ruler", "sync", "michelangelo", "longbench_v2", "tail")
+FAMILY_NAMES = {"ruler": "RULER", "sync": "SYNC", "michelangelo": "Michelangelo", "longbench_v2": "LongBench v2",
+                "tail": "TAIL"}
+INTROS = {
+    "ruler": "Scores are RULER's string_match_all (NIAH, VT, CWE, FWE) or string_match_part (QA), ×100. The "
+             "per-task figure draws each task against length with its 95 % Wilson interval shaded; the dotted "
+             "line is the effective-length threshold. Compare with RULER's Table 3 and its per-task appendix.",
+    "sync": "The three tasks of a domain read the same contexts: retrieval (connected nodes, single-hop "
+            "translation), tracking (shortest path, multi-hop translation) and global (longest path, letter "
+            "coverage), so the fall from rung to rung at one length is the task's doing (SYNC §3.3). The error "
+            "types are the paper's Table 5.",
+    "michelangelo": "Michelangelo reports cumulative average scores: the mean over every instance of length up "
+                    "to L (solid lines, as in the paper's curves), beside the pointwise score at L (dashed). "
+                    "The dotted line is the task's chance rate (Appendix B, simulated on our generators): read "
+                    "scores against it, not against 0.",
+    "longbench_v2": "LongBench v2's Table 2: accuracy overall, by difficulty, by length bucket (short < 32k, "
+                    "medium 32k–128k, long > 128k words) and by domain. Compensated accuracy counts an "
+                    "unparseable answer as a 0.25 guess (its Table 5); chance is 25.",
+    "tail": "TAIL's Figure 5: accuracy by the depth of the evidence (rows) and the context length (columns); "
+            "its Table 2: Avg, wAvg(inc), wAvg(dec) and the longest/shortest ratio. TAIL weighs lengths by their "
+            "size (wAvg(inc) weights = the lengths), RULER by their rank (1..L), so the leaderboard's TAIL row and "
+            "TAIL Table 2 below give different wAvg for the same accuracies; quote Table 2 against the paper.",
+}
+_MISSING = "–"
+
+
+# -- view model -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One table cell; `key` becomes a `data-key` attribute so tools (and tests) can find a number."""
+
+    text: str
+    cls: str = ""
+    title: str = ""
+    key: str = ""
+    href: str = ""
+
+
+@dataclass(frozen=True)
+class Row:
+    cells: list[Cell]
+    cls: str = ""
+
+
+@dataclass(frozen=True)
+class TableBlock:
+    header: list[str]
+    rows: list[Row]
+    caption: str = ""
+    id: str = ""
+    note: str = ""
+    kind: str = "table"
+
+
+@dataclass(frozen=True)
+class FigureBlock:
+    name: str
+    src: str
+    """A `data:image/svg+xml;base64,...` URI: the figure travels inside the page."""
+    alt: str
+    caption: str = ""
+    kind: str = "figure"
+
+
+@dataclass(frozen=True)
+class TextBlock:
+    text: str
+    kind: str = "text"
+
+
+Block = TableBlock | FigureBlock | TextBlock
+
+
+@dataclass(frozen=True)
+class Section:
+    id: str
+    title: str
+    level: int = 2
+    intro: str = ""
+    blocks: list[Block] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PairView:
+    """B compared with A: the comparison, or why there is none."""
+
+    a: str
+    b: str
+    comparison: Comparison | None = None
+    error: str = ""
+
+
+# -- cells ------------------------------------------------------------------------------------------
+
+
+def _num(value: float | None, *, digits: int = 2, cls: str = "num", title: str = "", key: str = "") -> Cell:
+    if value is None:
+        return Cell(_MISSING, cls="missing", key=key)
+    return Cell(f"{value:.{digits}f}", cls=cls, title=title, key=key)
+
+
+def _score(value: float | None, *, title: str = "", key: str = "") -> Cell:
+    """A score cell shaded by its decile, so a table reads like a heatmap."""
+    if value is None:
+        return Cell(_MISSING, cls="missing", key=key)
+    return _num(value, cls=f"num h{min(9, max(0, int(value // 10)))}", title=title, key=key)
+
+
+def _text(value: object, *, cls: str = "label", href: str = "") -> Cell:
+    return Cell("" if value is None else str(value), cls=cls, href=href)
+
+
+def _length(n: int | None) -> str:
+    return _MISSING if n is None else format_length(int(n))
+
+
+def _anchor(*parts: str) -> str:
+    return "-".join("".join(ch if ch.isalnum() else "-" for ch in p.lower()) for p in parts)
+
+
+def figure_block(name: str, fig: Figure | None, *, alt: str, caption: str = "") -> FigureBlock | None:
+    """A figure as an inline SVG image block (None when there was nothing to draw)."""
+    if fig is None:
+        return None
+    svg = base64.b64encode(plots.figure_svg(fig)).decode("ascii")
+    return FigureBlock(name=name, src=f"data:image/svg+xml;base64,{svg}", alt=alt, caption=caption)
+
+
+def _blocks(*items: Block | None) -> list[Block]:
+    return [b for b in items if b is not None]
+
+
+# -- sections ---------------------------------------------------------------------------------------
+
+
+def families(runs: Sequence[RunData]) -> list[str]:
+    """The families any run scored, in the order the report shows them."""
+    present = {f for r in runs if has_rows(r.tables, "tasks") for f in r.tables["tasks"]["family"].to_pylist()}
+    return [f for f in FAMILY_ORDER if f in present] + sorted(present - set(FAMILY_ORDER))
+
+
+def _family_table(run: RunData, name: str, family: str) -> pa.Table | None:
+    if not has_rows(run.tables, name):
+        return None
+    table = family_rows(run.tables[name], family)
+    return table if table.num_rows else None
+
+
+def _series(runs: Sequence[RunData], name: str, family: str) -> dict[str, pa.Table]:
+    out = {}
+    for run in runs:
+        table = _family_table(run, name, family)
+        if table is not None:
+            out[run.label] = table
+    return out
+
+
+def runs_section(runs: Sequence[RunData], links: Mapping[str, Mapping[str, tuple[str, str]]]) -> Section:
+    """Which run roots the report reads, what each claimed, and where its per-instance data are."""
+    columns = ("config.yaml", "scores/", "predictions/", "instances/", "summary/", "per-instance CSV")
+    rows = []
+    for run in runs:
+        mine = links.get(run.label, {})
+        cells = [_text(run.label), _text(run.model), _text(run.suite),
+                 Cell(_length(run.claimed_length), cls="num", key=f"run/{run.label}/claimed"), _text(run.uri)]
+        for column in columns:
+            text, href = mine.get(column, ("", ""))
+            cells.append(_text(text, href=href))
+        rows.append(Row(cells))
+    computed = [r.label for r in runs if r.computed]
+    note = ("Per-instance data: Parquet folders of each run root (instances with prompts and references, "
+            "predictions with raw outputs, scores) and a CSV per run beside this page with references, output, "
+            "parsed answer and score for every instance.")
+    if computed:
+        note += f" Summaries computed from the scores while building this page: {', '.join(computed)}."
+    return Section("runs", "Runs", blocks=[TableBlock(
+        header=["run", "model", "suite", "claimed length", "run root", *columns], rows=rows, id="runs-table",
+        note=note)])
+
+
+def leaderboard_section(runs: Sequence[RunData], fams: Sequence[str]) -> Section | None:
+    """RULER's Table 3 layout per family: claimed and effective length, score per length, Avg, wAvg."""
+    blocks: list[Block] = []
+    for family in fams:
+        heads = {r.label: _family_table(r, "headline", family) for r in runs}
+        per_length = {r.label: _family_table(r, "lengths", family) for r in runs}
+        entries = [(r, heads[r.label].to_pylist()[0]) for r in runs if heads[r.label] is not None]
+        if not entries:
+            continue
+        lengths = sorted({n for t in per_length.values() if t is not None for n in t["target_length"].to_pylist()})
+        threshold = entries[0][1]["threshold"]
+        entries.sort(key=lambda e: -(e[1]["avg"] if e[1]["avg"] is not None else -1))
+        rank_inc = _ranks([e[1]["wavg_inc"] for e in entries])
+        rank_dec = _ranks([e[1]["wavg_dec"] for e in entries])
+        rows = []
+        for i, (run, head) in enumerate(entries):
+            key = f"{family}/{run.label}"
+            scores = {}
+            if per_length[run.label] is not None:
+                scores = dict(zip(per_length[run.label]["target_length"].to_pylist(),
+                                  per_length[run.label]["score"].to_pylist(), strict=True))
+            effective = head["effective_length"]
+            shortest = f"< {_length(lengths[0])}" if lengths else _MISSING
+            effective_text = _length(effective) if effective is not None else shortest
+            cells = [_text(run.label), Cell(_length(run.claimed_length), cls="num", key=f"{key}/claimed"),
+                     Cell(effective_text, cls="num", key=f"{key}/effective")]
+            for n in lengths:
+                value = scores.get(n)
+                cls = "num pass" if value is not None and value > head["threshold"] else "num"
+                cells.append(_num(value, cls=cls, key=f"{key}/L{n}"))
+            cells += [_num(head["avg"], key=f"{key}/avg"),
+                      _num(head["wavg_inc"], title=f"rank {rank_inc[i]} of {len(entries)}", key=f"{key}/wavg_inc"),
+                      _num(head["wavg_dec"], title=f"rank {rank_dec[i]} of {len(entries)}", key=f"{key}/wavg_dec")]
+            rows.append(Row(cells))
+        blocks.append(TableBlock(
+            header=["model", "claimed length", "effective length", *[_length(n) for n in lengths], "Avg",
+                    "wAvg (inc)", "wAvg (dec)"],
+            rows=rows, id=f"leaderboard-{_anchor(family)}", caption=FAMILY_NAMES.get(family, family),
+            note=f"Effective length: the largest length whose score exceeds {threshold:g} (underlined); "
+                 "claimed length: the run's model.max_model_len. Avg is the mean over lengths; wAvg (inc) weighs "
+                 "lengths 1..L from short to long, wAvg (dec) the reverse (hover for ranks). Sorted by Avg."))
+    if not blocks:
+        return None
+    return Section("leaderboard", "Leaderboard", intro="One row per run, as RULER's Table 3: the per-length score "
+                   "is the unweighted mean over the family's tasks at that length.", blocks=blocks)
+
+
+def _ranks(values: Sequence[float | None]) -> list[int]:
+    order = sorted(range(len(values)), key=lambda i: -(values[i] if values[i] is not None else -1e9))
+    ranks = [0] * len(values)
+    for rank, i in enumerate(order, start=1):
+        ranks[i] = rank
+    return ranks
+
+
+def _task_table(run: RunData, family: str) -> TableBlock | None:
+    tasks = _family_table(run, "tasks", family)
+    if tasks is None:
+        return None
+    cells: dict[str, dict[int, dict]] = defaultdict(dict)
+    for row in tasks.to_pylist():
+        cells[row["task"]][row["target_length"]] = row
+    lengths = sorted({n for by in cells.values() for n in by})
+    rows = []
+    for task in sorted(cells):
+        by = cells[task]
+        row_cells = [_text(task)]
+        for n in lengths:
+            r = by.get(n)
+            row_cells.append(_score(r and r["score"], key=f"{family}/{run.label}/{task}/L{n}", title=(
+                f"95% CI {r['ci_low']:.2f}–{r['ci_high']:.2f}, n={r['n']}, nulls {r['nulls']}, "
+                f"too long {r['too_long']}, engine errors {r['errors']}") if r else ""))
+        row_cells += [Cell(str(sum(r["nulls"] for r in by.values())), cls="num"),
+                      Cell(str(sum(r["too_long"] + r["errors"] for r in by.values())), cls="num")]
+        rows.append(Row(row_cells))
+    averages = _family_table(run, "lengths", family)
+    if averages is not None and len(cells) > 1:
+        avg = dict(zip(averages["target_length"].to_pylist(), averages["score"].to_pylist(), strict=True))
+        rows.append(Row([_text("Avg"), *[_num(avg.get(n)) for n in lengths], Cell(""), Cell("")], cls="total"))
+    return TableBlock(header=["task", *[_length(n) for n in lengths], "nulls", "failed"], rows=rows,
+                      caption=f"{run.label}: score per task and length (×100; hover for the 95 % interval)")
+
+
+def _slice_table(run: RunData, family: str) -> TableBlock | None:
+    slices = _family_table(run, "slices", family)
+    if slices is None:
+        return None
+    cells: dict[tuple[str, str], dict[int, dict]] = defaultdict(dict)
+    for row in slices.to_pylist():
+        cells[(row["task"], row["complexity"])][row["target_length"]] = row
+    lengths = sorted({n for by in cells.values() for n in by})
+    rows = [Row([_text(task), _text(complexity),
+                 *[_score(by[n]["score"] if n in by else None, title=(
+                     f"95% CI {by[n]['ci_low']:.2f}–{by[n]['ci_high']:.2f}, n={by[n]['n']}") if n in by else "")
+                   for n in lengths]])
+            for (task, complexity), by in sorted(cells.items())]
+    return TableBlock(header=["task", "configuration", *[_length(n) for n in lengths]], rows=rows,
+                      caption=f"{run.label}: by instance configuration")
+
+
+def _error_table(runs: Sequence[RunData], family: str, *, caption: str) -> TableBlock | None:
+    series = _series(runs, "errors", family)
+    if not series:
+        return None
+    kinds = sorted({k for t in series.values() for k in t["error_type"].to_pylist()})
+    rows = []
+    for label, table in series.items():
+        groups: dict[tuple[str, int], dict[str, dict]] = defaultdict(dict)
+        for r in table.to_pylist():
+            groups[(r["task"], r["target_length"])][r["error_type"]] = r
+        for (task, n), by in sorted(groups.items()):
+            total = next(iter(by.values()))["n"]
+            rows.append(Row([_text(label), _text(task), Cell(_length(n), cls="num"), Cell(str(total), cls="num"),
+                             *[_num(by[k]["share"], digits=1, title=f"{by[k]['count']} of {total}")
+                               if k in by else Cell(_MISSING, cls="missing") for k in kinds]]))
+    return TableBlock(header=["run", "task", "length", "n", *kinds], rows=rows, caption=caption,
+                      note="Share of the instances (%) that failed each way; hover for counts. Failed rows score 0 "
+                           "and stay in every mean.")
+
+
+def _ladder_table(runs: Sequence[RunData]) -> TableBlock | None:
+    series = {r.label: r.tables["sync_ladder"] for r in runs if has_rows(r.tables, "sync_ladder")}
+    if not series:
+        return None
+    rungs = list(dict.fromkeys(c for t in series.values() for c in t.column_names
+                               if c not in ("model_id", "domain", "target_length")))
+    rows = [Row([_text(label), _text(r["domain"]), Cell(_length(r["target_length"]), cls="num"),
+                 *[_score(r.get(rung)) for rung in rungs]])
+            for label, table in series.items() for r in table.to_pylist()]
+    return TableBlock(header=["run", "domain", "length", *rungs], rows=rows, id="sync-ladder",
+                      caption="same context, harder questions (SYNC §3.3)")
+
+
+def _chance(runs: Sequence[RunData]) -> dict[str, float]:
+    for run in runs:
+        if has_rows(run.tables, "chance"):
+            return dict(zip(run.tables["chance"]["task"].to_pylist(), run.tables["chance"]["chance"].to_pylist(),
+                            strict=True))
+    return {}
+
+
+def _chance_table(runs: Sequence[RunData]) -> TableBlock | None:
+    for run in runs:
+        if has_rows(run.tables, "chance"):
+            rows = [Row([_text(r["task"]), _num(r["chance"]), _num(r["paper"]), _text(r["model"])])
+                    for r in run.tables["chance"].to_pylist()]
+            return TableBlock(header=["task", "chance (ours)", "chance (paper)", "random model"], rows=rows,
+                              caption="chance rates (Michelangelo Appendix B)")
+    return None
+
+
+def _breakdown_table(runs: Sequence[RunData]) -> TableBlock | None:
+    series = {r.label: r.tables["longbench_v2"] for r in runs if has_rows(r.tables, "longbench_v2")}
+    if not series:
+        return None
+    groups: list[tuple[str, str]] = []
+    values: dict[str, dict[tuple[str, str], dict]] = {}
+    for label, table in series.items():
+        values[label] = {(r["split"], r["group"]): r for r in table.to_pylist()}
+        groups += [k for k in values[label] if k not in groups]
+    header = ["split", "group"]
+    for label in series:
+        header += [f"{label}: n", f"{label}: accuracy", f"{label}: compensated", f"{label}: invalid %"]
+    rows = []
+    for split, group in groups:
+        cells = [_text(split), _text(group)]
+        for label in series:
+            r = values[label].get((split, group)) or {}
+            cells += [Cell(str(r.get("n", _MISSING)), cls="num"),
+                      _score(r.get("accuracy"), key=f"longbench_v2/{label}/{group}/accuracy"),
+                      _num(r.get("compensated_accuracy")), _num(r.get("invalid_rate"))]
+        rows.append(Row(cells, cls="total" if split == "overall" else ""))
+    return TableBlock(header=header, rows=rows, id="longbench-v2-breakdown",
+                      caption="LongBench v2 (Table 2 layout, with Table 5's compensated accuracy)")
+
+
+def _tail_table(runs: Sequence[RunData]) -> TableBlock | None:
+    rows = []
+    for run in runs:
+        if has_rows(run.tables, "tail_headline"):
+            for r in run.tables["tail_headline"].to_pylist():
+                rows.append(Row([_text(run.label), Cell(_length(r["shortest"]), cls="num"),
+                                 Cell(_length(r["longest"]), cls="num"), _num(r["avg"], key=f"tail/{run.label}/avg"),
+                                 _num(r["wavg_inc"]), _num(r["wavg_dec"]), _num(r["ratio"])]))
+    if not rows:
+        return None
+    return TableBlock(header=["run", "shortest", "longest", "Avg", "wAvg (inc)", "wAvg (dec)",
+                              "longest / shortest (%)"],
+                      rows=rows, id="tail-headline", caption="TAIL Table 2")
+
+
+def family_sections(runs: Sequence[RunData], family: str, colors: Mapping[str, str]) -> list[Section]:
+    """A family's section: its curves with intervals, per-run tables, and the family's own tables/figures."""
+    name = FAMILY_NAMES.get(family, family)
+    tasks = _series(runs, "tasks", family)
+    if not tasks:
+        return []
+    lengths = {n for t in tasks.values() for n in t["target_length"].to_pylist()}
+    task_names = {t for table in tasks.values() for t in table["task"].to_pylist()}
+    threshold = None
+    for run in runs:
+        head = _family_table(run, "headline", family)
+        if head is not None:
+            threshold = head["threshold"][0].as_py()
+            break
+    fid = _anchor(family)
+    blocks: list[Block] = []
+    if len(task_names) > 1 and len(lengths) > 1:
+        blocks += _blocks(figure_block(
+            f"{family}-lengths", plots.length_curves(_series(runs, "lengths", family), colors=colors,
+                                                     threshold=threshold),
+            alt=f"{name}: mean score over tasks against context length, one line per run",
+            caption="Mean over tasks per length (the leaderboard's columns) with the effective-length threshold."))
+    curve_caption = ("Accuracy per length with its 95 % interval (TAIL's per-length line chart)." if family == "tail"
+                     else "Score per task against length; the shaded band is the 95 % Wilson interval.")
+    blocks += _blocks(figure_block(
+        f"{family}-tasks", plots.task_curves(tasks, colors=colors,
+                                             threshold=threshold if family == "ruler" else None),
+        alt=f"{name}: score per task against context length with 95% intervals", caption=curve_caption))
+    blocks += _blocks(*[_task_table(run, family) for run in runs])
+    sections = [Section(fid, name, intro=INTROS.get(family, ""), blocks=blocks)]
+
+    extra: list[Section] = []
+    if family == "sync":
+        ladder = {r.label: r.tables["sync_ladder"] for r in runs if has_rows(r.tables, "sync_ladder")}
+        if ladder:
+            extra.append(Section(f"{fid}-ladder", "SYNC task ladder", level=3, blocks=_blocks(
+                figure_block("sync-ladder", plots.ladder_curves(ladder, colors=colors),
+                             alt="SYNC: retrieval, tracking and global scores per domain against length",
+                             caption="Line style is the rung (solid retrieval, dashed tracking, dotted global), "
+                                     "colour the run."),
+                _ladder_table(runs))))
+        errors = _series(runs, "errors", family)
+        if errors:
+            extra.append(Section(f"{fid}-errors", "SYNC error types", level=3, blocks=_blocks(
+                figure_block("sync-errors", plots.error_bars(errors),
+                             alt="SYNC: share of instances per kind of failure, per run, task and length",
+                             caption="Stacked shares of each kind of failure (SYNC Table 5: no answer, invalid "
+                                     "path, suboptimal path)."),
+                _error_table(runs, family, caption="SYNC error types (Table 5)"))))
+    elif family == "michelangelo":
+        curves = _series(runs, "cumulative", family)
+        if curves:
+            extra.append(Section(f"{fid}-cumulative", "Michelangelo cumulative curves", level=3, blocks=_blocks(
+                figure_block("michelangelo-cumulative",
+                             plots.cumulative_curves(curves, colors=colors, chance=_chance(runs)),
+                             alt="Michelangelo: cumulative and pointwise score against context length per task",
+                             caption="Solid: cumulative average score over instances up to length L; dashed: "
+                                     "score at L; dotted: chance."),
+                _chance_table(runs))))
+    elif family == "longbench_v2":
+        breakdown = {r.label: r.tables["longbench_v2"] for r in runs if has_rows(r.tables, "longbench_v2")}
+        if breakdown:
+            extra.append(Section(f"{fid}-breakdown", "LongBench v2 breakdown", level=3, blocks=_blocks(
+                figure_block("longbench-v2-breakdown", plots.breakdown_bars(breakdown, colors=colors),
+                             alt="LongBench v2: accuracy overall, by difficulty and by length per run",
+                             caption="Bars: accuracy; black ticks: compensated accuracy; dotted: chance."),
+                _breakdown_table(runs))))
+    elif family == "tail":
+        grid = {r.label: r.tables["tail_grid"] for r in runs if has_rows(r.tables, "tail_grid")}
+        if grid or any(has_rows(r.tables, "tail_headline") for r in runs):
+            extra.append(Section(f"{fid}-heatmap", "TAIL depth × length", level=3, blocks=_blocks(
+                figure_block("tail-heatmap", plots.heatmaps(grid),
+                             alt="TAIL: accuracy heatmap by evidence depth and context length, one panel per run",
+                             caption="Accuracy (%) by depth of the evidence (rows) and length (columns); grey: "
+                                     "no instances."),
+                _tail_table(runs))))
+    if family != "sync":
+        table = _error_table(runs, family, caption=f"{name}: kinds of failure")
+        if table is not None:
+            extra.append(Section(f"{fid}-failures", f"{name} failures", level=3, blocks=[table]))
+    slices = _blocks(*[_slice_table(run, family) for run in runs])
+    if slices:
+        extra.append(Section(f"{fid}-slices", f"{name} by configuration", level=3, blocks=slices))
+    return sections + extra
+
+
+def comparison_sections(pairs: Sequence[PairView]) -> list[Section]:
+    """Each paired comparison (B against the first run A): the table and a forest plot of the differences."""
+    if not pairs:
+        return []
+    out = [Section("comparisons", "Paired comparisons", intro=(
+        "Each run is compared with the first on the instances both scored (matched by instance_id). B − A is "
+        "in points (×100); the 95 % interval is a seeded paired bootstrap over instances; p is an exact McNemar "
+        "test for 0/1 scores or a paired permutation test for continuous ones (column test), "
+        "two-sided and unadjusted for the number of rows. Green: the interval lies above 0; red: below."))]
+    for pair in pairs:
+        sid = _anchor("compare", pair.a, pair.b)
+        title = f"{pair.b} vs {pair.a}"
+        if pair.comparison is None:
+            out.append(Section(sid, title, level=3, blocks=[TextBlock(f"Not compared: {pair.error}")]))
+            continue
+        comparison = pair.comparison
+        rows = []
+        for r in comparison.table.to_pylist():
+            cls = "num up" if r["ci_low"] > 0 else "num down" if r["ci_high"] < 0 else "num"
+            key = f"compare/{pair.b}/{r['family']}/{r['task']}/{r['target_length'] or 'all'}"
+            rows.append(Row([
+                _text(r["family"]), _text(r["task"]),
+                Cell(_length(r["target_length"]) if r["target_length"] is not None else "all", cls="num"),
+                Cell(str(r["n"]), cls="num"), _num(r["mean_a"]), _num(r["mean_b"]),
+                _num(r["diff"], cls=cls, key=f"{key}/diff"),
+                Cell(f"[{r['ci_low']:.2f}, {r['ci_high']:.2f}]", cls=cls),
+                Cell(_p(r["p_value"]), cls="num"), _text(r["test"]),
+            ], cls="total" if r["task"] == OVERALL else ""))
+        intro = (f"A = {pair.a}, B = {pair.b}: {comparison.matched.describe()}. Bootstrap: "
+                 f"{comparison.resamples} resamples, seed {comparison.seed}.")
+        out.append(Section(sid, title, level=3, intro=intro,
+                           blocks=_blocks(
+                               TableBlock(header=["family", "task", "length", "n", "A", "B", "B − A", "95% CI", "p",
+                                                  "test"], rows=rows, id=f"table-{sid}"),
+                               figure_block(f"compare-{_anchor(pair.b)}",
+                                            plots.comparison_forest(comparison.table, title=f"{pair.b} − {pair.a}"),
+                                            alt=f"difference {pair.b} minus {pair.a} per task and length with "
+                                                "95% bootstrap intervals"))))
+    return out
+
+
+def _p(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def build_page(runs: Sequence[RunData], *, pairs: Sequence[PairView] = (),
+               links: Mapping[str, Mapping[str, tuple[str, str]]] | None = None, generated: str = "",
+               title: str = "longeval report") -> str:
+    """The whole report as one HTML string (pure: the same inputs give the same page)."""
+    import jinja2
+
+    colors = plots.run_colors([r.label for r in runs])
+    fams = families(runs)
+    sections = [runs_section(runs, links or {})]
+    board = leaderboard_section(runs, fams)
+    if board is not None:
+        sections.append(board)
+    sections += comparison_sections(pairs)
+    for family in fams:
+        sections += family_sections(runs, family, colors)
+    source = resources.files("longeval.report").joinpath("templates/report.html.j2").read_text("utf-8")
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
+                             lstrip_blocks=True, keep_trailing_newline=True)
+    subtitle = f"{len(runs)} run(s): " + ", ".join(r.label for r in runs)
+    if generated:
+        subtitle += f" · generated {generated}"
+    return env.from_string(source).render(
+        title=title, subtitle=subtitle, sections=sections, version=__version__,
+        footer=f"longeval {__version__} · self-contained page: figures are inline SVG, no network needed · "
+               "docs/results.md explains every table and figure")
+
+
+# -- the edge: read run roots, write the page and its data files ----------------------------------------
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    path: Path
+    runs: list[RunData]
+    pairs: list[PairView]
+    data_files: list[Path]
+
+
+def _href(target: Path, base: Path) -> str:
+    return quote(os.path.relpath(target, base).replace(os.sep, "/"))
+
+
+def write_report(uris: Sequence[str], out: str | os.PathLike, *, resamples: int = 10_000, seed: int = 0,
+                 compare: bool = True, instances: bool = True) -> ReportResult:
+    """Read the run roots, compare each with the first, and write the page (and per-instance CSVs) to `out`.
+
+    Args:
+        uris: run roots, local or s3://; the first is the baseline of the comparisons.
+        out: the HTML file to write (local); per-instance CSVs go to `<out stem>_files/` beside it.
+        resamples, seed: for the paired bootstrap and permutation tests.
+        compare: compare each run with the first (needs scores; runs without shared instances get a note).
+        instances: write the per-instance CSVs.
+    """
+    import pyarrow.csv as pacsv
+
+    from longeval.report.runs import instance_rows, load_run, load_scores, provenance_pairs, slug, unique_labels
+
+    if not uris:
+        raise ConfigError("give at least one run root to report on")
+    runs = unique_labels([load_run(u) for u in uris])
+    path = Path(out).expanduser().resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data_dir = path.with_name(f"{path.stem}_files")
+    links: dict[str, dict[str, tuple[str, str]]] = {}
+    data_files: list[Path] = []
+    for i, run in enumerate(runs):
+        mine: dict[str, tuple[str, str]] = {}
+        local = Path(run.uri.removeprefix("file://")) if not run.uri.startswith("s3://") else None
+        for name in ("config.yaml", "scores/", "predictions/", "instances/", "summary/"):
+            if local is not None:
+                target = local / name.rstrip("/")
+                mine[name] = (name, _href(target, path.parent) + ("/" if name.endswith("/") else "")) \
+                    if target.exists() else ("missing", "")
+            else:
+                mine[name] = (f"{run.uri}/{name}", "")
+        if instances:
+            try:
+                rows = instance_rows(run.uri)
+            except (LongevalError, pa.ArrowException) as exc:  # a convenience: the page is written without it
+                mine["per-instance CSV"] = (f"not written: {exc}", "")
+            else:
+                data_dir.mkdir(parents=True, exist_ok=True)
+                target = data_dir / f"{i + 1:02d}-{slug(run.label)}.instances.csv"
+                pacsv.write_csv(rows, str(target))
+                data_files.append(target)
+                mine["per-instance CSV"] = (target.name, _href(target, path.parent))
+        links[run.label] = mine
+    pairs: list[PairView] = []
+    if compare and len(runs) > 1:
+        base = runs[0]
+        for run in runs[1:]:
+            try:
+                comparison = compare_scores(load_scores(base.uri), load_scores(run.uri), resamples=resamples,
+                                            seed=seed, provenance=provenance_pairs(base.uri, run.uri),
+                                            names=(base.label, run.label))
+            except LongevalError as exc:  # no shared instances, or no scores: say so on the page
+                pairs.append(PairView(base.label, run.label, error=str(exc)))
+            else:
+                pairs.append(PairView(base.label, run.label, comparison))
+    generated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    page = build_page(runs, pairs=pairs, links=links, generated=generated)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(page, encoding="utf-8")
+    os.replace(tmp, path)
+    return ReportResult(path=path, runs=runs, pairs=pairs, data_files=data_files)

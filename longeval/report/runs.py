@@ -1,0 +1,225 @@
+"""Reading run roots for reports and comparisons: the I/O edge of `longeval report` and `longeval compare`.
+
+Everything goes through `RunRoot`, so a run root may be a local folder or `s3://`. A run root with scores but
+no `summary/` gets one from `pipeline.report` (with the config stored in its `config.yaml`), exactly as
+`longeval report <overrides>` would have written it, so the HTML report and the terminal agree.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from longeval.errors import StoreError
+from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
+from longeval.store import RunRoot
+
+__all__ = ["SUMMARY_NAMES", "RunData", "family_rows", "has_rows", "instance_rows", "load_run", "load_scores",
+           "provenance_pairs", "slug", "unique_labels"]
+
+SUMMARY_NAMES = ("tasks", "lengths", "headline", "cumulative", "errors", "slices", "sync_ladder", "longbench_v2",
+                 "tail_grid", "tail_headline", "chance")
+"""The summary tables `pipeline.report` writes, in the order a report reads them."""
+
+_ID_SETTINGS = ("suite.seed", "suite.params", "model.chat_template", "model.answer_prefix", "model.system_prompt",
+                "model.reasoning")
+_ID_VERSIONS = ("tokenizer_fingerprint", "chat_template_fingerprint", "data_fingerprint")
+_OUTPUT_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class RunData:
+    """One run root's summaries and the facts about it a report shows."""
+
+    uri: str
+    label: str
+    """A display name unique within one report (the model name, with the run folder when two share it)."""
+    model: str
+    suite: str
+    claimed_length: int | None
+    """`model.max_model_len` from the run's config.yaml: the context the run claimed for the model."""
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    computed: bool = False
+    """True when the summaries were missing and computed (and written) while loading."""
+
+    @property
+    def name(self) -> str:
+        """The run folder's name (the last path component of the root)."""
+        return PurePosixPath(self.uri.rstrip("/")).name or self.uri
+
+
+def _config(root: RunRoot) -> dict[str, Any]:
+    if not root.exists("config.yaml"):
+        return {}
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.create(root.read_text("config.yaml")), resolve=False) or {}
+
+
+def _select(config: dict[str, Any], dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _read_parquet(root: RunRoot, name: str) -> pa.Table:
+    return pq.read_table(pa.BufferReader(root.read_bytes(name)))
+
+
+def _summaries(root: RunRoot) -> dict[str, pa.Table]:
+    present = root.shard_names("summary")
+    return {name: _read_parquet(root, f"summary/{name}.parquet") for name in SUMMARY_NAMES if name in present}
+
+
+def _compute_summaries(root: RunRoot) -> None:
+    """Write `summary/` from the scores with `pipeline.report` and the run's own config."""
+    if not root.exists("config.yaml"):
+        raise StoreError(f"run root {root.uri} has scores but neither summary/ nor config.yaml; run "
+                         "`longeval report` with the overrides it was made with to write its summaries")
+    from omegaconf import OmegaConf
+
+    from longeval.config import validate
+    from longeval.pipeline import report
+
+    cfg = validate(OmegaConf.create(root.read_text("config.yaml")))
+    report(cfg, root)
+
+
+def load_run(uri: str, *, compute_missing: bool = True) -> RunData:
+    """A run root's summaries, config facts and label (not yet made unique: see `unique_labels`).
+
+    Raises:
+        StoreError: the root has neither summaries nor scores (not a run root, or not scored yet).
+    """
+    root = RunRoot(uri)
+    config = _config(root)
+    tables = _summaries(root)
+    computed = False
+    if "tasks" not in tables:
+        if not root.has("scores", "scores"):
+            what = "no config.yaml either: is this a run root?" if not config else "run `longeval score` first"
+            if root.exists("scores/scores.parquet") or root.exists("summary/tasks.parquet"):
+                what = ("its Parquet files exist but have no commit records under _manifest/ (written by an older "
+                        "longeval, or cut short): rerun `longeval score` and `longeval report` with its overrides")
+            raise StoreError(f"run root {root.uri} has no summary/ and no scores/scores.parquet; {what}")
+        if not compute_missing:
+            raise StoreError(f"run root {root.uri} has scores but no summary/; run `longeval report` on it first")
+        _compute_summaries(root)
+        tables, computed = _summaries(root), True
+    model = _select(config, "model.name")
+    if not model and "headline" in tables and tables["headline"].num_rows:
+        model = tables["headline"]["model_id"][0].as_py()
+    claimed = _select(config, "model.max_model_len")
+    return RunData(uri=root.uri, label=str(model or PurePosixPath(root.uri).name), model=str(model or ""),
+                   suite=str(_select(config, "suite.name") or ""),
+                   claimed_length=int(claimed) if claimed is not None else None, tables=tables, computed=computed)
+
+
+def unique_labels(runs: list[RunData]) -> list[RunData]:
+    """The runs with labels that tell them apart: the model name, then the run folder, then a number."""
+    from dataclasses import replace
+
+    def counts(labels: list[str]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for label in labels:
+            out[label] = out.get(label, 0) + 1
+        return out
+
+    labels = [r.label for r in runs]
+    seen = counts(labels)
+    labels = [f"{r.label} ({r.name})" if seen[r.label] > 1 else r.label for r in runs]
+    seen = counts(labels)
+    labels = [f"{label} #{i + 1}" if seen[label] > 1 else label for i, label in enumerate(labels)]
+    return [replace(r, label=label) for r, label in zip(runs, labels, strict=True)]
+
+
+def load_scores(uri: str) -> pa.Table:
+    """A run root's per-instance scores (the columns a comparison needs).
+
+    Raises:
+        StoreError: the run root has no scores.
+    """
+    root = RunRoot(uri)
+    if not root.has("scores", "scores"):
+        raise StoreError(f"run root {root.uri} has no scores/scores.parquet; run `longeval score` on it first")
+    columns = ["instance_id", "model_id", "family", "task", "target_length", "score", "error_type"]
+    return root.read_stage("scores", SCORE_SCHEMA, columns=columns)
+
+
+def provenance_pairs(uri_a: str, uri_b: str) -> dict[str, tuple[object, object]]:
+    """The settings instance ids depend on, for both runs: `{key: (a's, b's)}` (what exists of them)."""
+    out: dict[str, tuple[object, object]] = {}
+    roots = (RunRoot(uri_a), RunRoot(uri_b))
+    configs = [_config(r) for r in roots]
+    versions = [r.read_json("versions.json") if r.exists("versions.json") else {} for r in roots]
+    for key in _ID_SETTINGS:
+        out[key] = (_select(configs[0], key), _select(configs[1], key))
+    for key in _ID_VERSIONS:
+        out[key] = (versions[0].get(key), versions[1].get(key))
+    lengths = [_select(c, "suite.lengths") or [] for c in configs]
+    tasks = [_select(c, "suite.tasks") or [] for c in configs]
+    if lengths[0] and lengths[1] and not set(lengths[0]) & set(lengths[1]):
+        out["suite.lengths"] = (lengths[0], lengths[1])
+    if tasks[0] and tasks[1] and not set(tasks[0]) & set(tasks[1]):
+        out["suite.tasks"] = (tasks[0], tasks[1])
+    return out
+
+
+def instance_rows(uri: str) -> pa.Table:
+    """One row per scored instance with what a person needs to look at it: the references, the model's
+    output (first 2000 characters) and its score, for the per-instance CSV beside a report."""
+    root = RunRoot(uri)
+    scores = root.read_stage("scores", SCORE_SCHEMA)
+    instances = root.read_stage("instances", INSTANCE_SCHEMA,
+                                columns=["instance_id", "input_tokens", "references"])
+    preds = root.read_stage("predictions", PREDICTION_SCHEMA,
+                            columns=["instance_id", "output", "finish_reason", "error"])
+    refs = {i: (n, r) for i, n, r in zip(instances["instance_id"].to_pylist(), instances["input_tokens"].to_pylist(),
+                                          instances["references"].to_pylist(), strict=True)}
+    outputs: dict[str, tuple[str, str]] = {}
+    columns = [preds[c].to_pylist() for c in ("instance_id", "output", "finish_reason", "error")]
+    for iid, output, finish, error in zip(*columns, strict=True):
+        if iid not in outputs or not error.startswith("engine_error"):  # a retried engine error is replaced
+            outputs[iid] = (output[:_OUTPUT_CHARS], finish)
+    ids = scores["instance_id"].to_pylist()
+    return pa.table({
+        "instance_id": scores["instance_id"],
+        "model_id": scores["model_id"],
+        "family": scores["family"],
+        "task": scores["task"],
+        "target_length": scores["target_length"],
+        "depth": scores["depth"],
+        "complexity": scores["complexity"],
+        "input_tokens": pa.array([refs.get(i, (None, None))[0] for i in ids], pa.int64()),
+        "references": pa.array([" | ".join(refs.get(i, (None, []))[1] or []) for i in ids], pa.string()),
+        "output": pa.array([outputs.get(i, ("", ""))[0] for i in ids], pa.large_string()),
+        "finish_reason": pa.array([outputs.get(i, ("", ""))[1] for i in ids], pa.string()),
+        "parsed_answer": scores["parsed_answer"],
+        "score": scores["score"],
+        "error_type": scores["error_type"],
+    }).sort_by([("family", "ascending"), ("task", "ascending"), ("target_length", "ascending")])
+
+
+def slug(text: str) -> str:
+    """A file-name-safe version of a label."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "run"
+
+
+def has_rows(tables: dict[str, pa.Table], name: str) -> bool:
+    return name in tables and tables[name].num_rows > 0
+
+
+def family_rows(table: pa.Table, family: str) -> pa.Table:
+    """The rows of one family (tables without a family column are returned as they are)."""
+    if "family" not in table.column_names:
+        return table
+    return table.filter(pc.equal(table["family"], family))
