@@ -30,15 +30,16 @@ $(STAMP):
 
 setup: $(STAMP)
 
-# Debian packages the tests drive for real: headless Chromium (HTML report checks) and a single-node Slurm.
-# Installed only when missing and only as root; the tests that need them say so and skip otherwise.
-SYSTEM_TOOLS := chromium slurmctld slurmd munged
+# Debian packages the tests drive for real: headless Chromium (HTML report checks), a single-node Slurm, and
+# shellcheck for the cluster scripts. Installed only when missing and only as root; the tests that need them say
+# so and skip otherwise.
+SYSTEM_TOOLS := chromium slurmctld slurmd munged shellcheck
 system:
 	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing chromium, slurm-wlm, munge (missing:$$missing)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium slurm-wlm munge >/dev/null; \
+	    echo "installing chromium, slurm-wlm, munge, shellcheck (missing:$$missing)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium slurm-wlm munge shellcheck >/dev/null; \
 	  else echo "not root or no apt-get: tests needing$$missing will be skipped"; fi; \
 	fi
 

@@ -45,6 +45,12 @@ def _print_results(result) -> None:
     if result.chance is not None and result.chance.num_rows:
         console.print("chance rates, what guessing scores (ours / the paper's Appendix B): " + ", ".join(
             f"{r['task']} {r['chance']:.1f} / {r['paper']:.1f}" for r in result.chance.to_pylist()))
+    status = result.status or {}
+    if status and not status["complete"]:
+        console.print(f"[bold yellow]incomplete run:[/] {status['shards_written']}/{status['shards_planned']} instance "
+                      f"shards, {status['predicted']}/{status['instances']} instances predicted "
+                      f"({status['engine_errors']} engine errors, {status['not_predicted']} not run yet); the tables "
+                      "above are partial. Rerun the same command to finish: finished work is kept.")
     console.print(f"results: {result.root}  (summary/*.csv and summary.json, scores/, predictions/, instances/)")
 
 

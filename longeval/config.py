@@ -139,6 +139,10 @@ class StoreConfig:
     name: str = "local"
     root: str = "runs"
     """Folder or s3://bucket/prefix under which each run gets its own run root."""
+    cache_instances: bool = True
+    """Reuse generated instance shards across runs and models that share a tokenizer (keyed by content)."""
+    instance_cache: str | None = None
+    """Where cached instance shards live (folder or s3://); None: <store.root>/_cache."""
 
 
 TRACKING_BACKENDS = ("none", "wandb")

@@ -48,6 +48,8 @@ class RunResult:
     breakdown: pa.Table | None = None
     tail: pa.Table | None = None
     tail_grid: pa.Table | None = None
+    status: dict | None = None
+    """`run_status`: whether every planned shard and every instance's prediction is there."""
 
 
 # -- generate ---------------------------------------------------------------------------------------
@@ -60,18 +62,31 @@ class ShardGenerator:
     """
 
     def __init__(self, cfg: Config, model_path: str, root_uri: str) -> None:
+        from longeval.instance_cache import InstanceCache, cache_uri
+
         self.root = RunRoot(root_uri)
         self.ctx = make_context(cfg, model_path)
+        self.cache = (InstanceCache(cache_uri(cfg.store.root, cfg.store.instance_cache))
+                      if cfg.store.cache_instances else None)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list]:
-        names, counts = [], []
+        from longeval.instance_cache import shard_key
+
+        names, counts, cached = [], [], []
         for i in range(len(batch["task"])):
             spec = ShardSpec(**{k: _py(batch[k][i]) for k in ShardSpec.__dataclass_fields__})
-            table = generate_shard(self.ctx, spec)
+            key = shard_key(self.ctx, spec) if self.cache else None
+            table = self.cache.load(key) if self.cache else None
+            hit = table is not None
+            if table is None:
+                table = generate_shard(self.ctx, spec)
+                if self.cache:
+                    self.cache.save(key, table)
             self.root.write_table("instances", spec.name, table)
             names.append(spec.name)
             counts.append(table.num_rows)
-        return {"shard": names, "instances": counts}
+            cached.append(hit)
+        return {"shard": names, "instances": counts, "cached": cached}
 
 
 def make_context(cfg: Config, model_path: str):
@@ -131,11 +146,16 @@ def generate(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=N
         num_cpus=1,
     )
     task_id = progress.add_task("generate shards", total=len(todo)) if progress else None
-    written = 0
+    written = hits = 0
     for batch in ds.iter_batches(batch_size=1, batch_format="numpy"):
         written += len(batch["shard"])
+        hits += int(np.sum(batch["cached"]))
         if progress:
             progress.advance(task_id, len(batch["shard"]))
+            if hits:
+                progress.update(task_id, description=f"generate shards ({hits} from cache)")
+    if hits:
+        log.info("%d of %d instance shards came from the instance cache", hits, written)
     return written
 
 
@@ -346,10 +366,28 @@ def report(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> RunRes
         pacsv.write_csv(table, sink)
         root.write_text(f"summary/{name}.csv", sink.getvalue().to_pybytes().decode("utf-8"))
     root.write_json("summary.json", {name: table.to_pylist() for name, table in tables.items()})
+    status = run_status(cfg, root)
+    root.write_json("status.json", status)
     return RunResult(root=root.uri, summary=summary, lengths=lengths, headline=head, errors=errors,
                      ladder=tables.get("sync_ladder"), chance=tables.get("chance"),
                      breakdown=tables.get("longbench_v2"), tail=tables.get("tail_headline"),
-                     tail_grid=tables.get("tail_grid"))
+                     tail_grid=tables.get("tail_grid"), status=status)
+
+
+def run_status(cfg: Config, root: RunRoot) -> dict:
+    """Whether the run is complete: every planned instance shard committed and every instance (follow-up calls
+    included) with a final prediction. Summaries of an incomplete run are partial, and say so."""
+    planned = {spec.name for spec in make_plan(cfg, check_data=False).shards}
+    written = root.shard_names("instances") & planned
+    meta, done = pending_predictions(root)
+    ids = set(meta["instance_id"].to_pylist())
+    preds = root.read_stage("predictions", PREDICTION_SCHEMA, columns=["instance_id", "error"])
+    failed = {i for i, e in zip(preds["instance_id"].to_pylist(), preds["error"].to_pylist(), strict=True)
+              if e.startswith("engine_error")} - done
+    missing = ids - done
+    return {"complete": written == planned and not missing, "shards_planned": len(planned),
+            "shards_written": len(written), "instances": len(ids), "predicted": len(ids & done),
+            "engine_errors": len(failed & ids), "not_predicted": len(missing - failed)}
 
 
 def rows_with_meta(root: RunRoot, scores: pa.Table, family: str) -> dict[str, list[dict]]:

@@ -88,14 +88,15 @@ class Plan:
             raise ConfigError("; ".join(problems))
 
 
-def make_plan(cfg: Config) -> Plan:
+def make_plan(cfg: Config, *, check_data: bool = True) -> Plan:
+    """The run's shards and pools; `check_data=False` skips the data-file checks (reading a finished run)."""
     suite = cfg.suite
     data = suite.data
     shards: list[ShardSpec] = []
     for name in suite.tasks:
         spec = get_task(name, suite.params)
         for need in spec.needs:
-            if not getattr(data, need):
+            if check_data and not getattr(data, need):
                 raise ConfigError(
                     f"task {spec.key} needs suite.data.{need}; give the file path, e.g. "
                     f"suite.data.{need}=/data/file.json, or drop the task from suite.tasks"

@@ -265,6 +265,12 @@ class RunRoot:
                 "were they written by different longeval versions? Use a fresh run root or delete the stage"
             ) from exc
 
+    def read_shard(self, stage: str, name: str, schema: pa.Schema | None = None) -> pa.Table:
+        """One finished shard of a stage."""
+        path = self._full(stage, name + _PARQUET)
+        return self._call(f"read {self.path(stage, name + _PARQUET)}", pq.read_table, path, filesystem=self._fs,
+                          schema=schema)
+
     def write_part(self, stage: str, table: pa.Table, *, key: str = "instance_id") -> str:
         """Write a table of rows as a part named by the hash of its keys (the same rows, the same name)."""
         ids = "\n".join(sorted(str(v) for v in table[key].to_pylist()))

@@ -18,6 +18,7 @@ which is counted in the results and retried on the next run, never dropped.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
@@ -116,6 +117,8 @@ def retry_after_s(exc: BaseException | None) -> float | None:
         try:
             seconds = float(value) / (1000.0 if key.endswith("-ms") else 1.0)
         except ValueError:
+            continue
+        if math.isnan(seconds):
             continue
         return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
     return None

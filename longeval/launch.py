@@ -1,0 +1,184 @@
+"""Small helpers for launching longeval as a Ray job, used by cluster/ray_cluster.sh and the cluster tests.
+
+    python -m longeval.launch free-ports N             N distinct free TCP ports, one line
+    python -m longeval.launch runtime-env FILE NAMES   the job's runtime_env as JSON: FILE plus NAMES from the env
+    python -m longeval.launch job-exit-code ADDR ID RC  the exit code of Ray job ID (RC: `ray job submit`'s own)
+    python -m longeval.launch sweep TAG [--since-pid P]  stop the processes that carry LONGEVAL_RAY_TAG=TAG
+
+The tag is how a cluster finds its own processes: cluster/ray_cluster.sh exports LONGEVAL_RAY_TAG before it
+starts Ray, and every Ray process (GCS, raylet, dashboard, workers, the job's driver, which Ray starts in a
+session of its own) inherits it. `ray stop` is no substitute: it stops every Ray cluster on the machine.
+
+Only the standard library and yaml (a Ray dependency) are imported at module level: the ray_cluster.sh calls
+run on login and batch nodes before anything else is set up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from contextlib import ExitStack, suppress
+from pathlib import Path
+from typing import Any
+
+TAG_VAR = "LONGEVAL_RAY_TAG"
+
+
+def free_ports(count: int, host: str = "") -> list[int]:
+    """`count` distinct TCP ports that are free now (all sockets stay bound until all are chosen)."""
+    with ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((host, 0))
+            ports.append(sock.getsockname()[1])
+        return ports
+
+
+def runtime_env(path: str | os.PathLike[str] | None, names: Iterable[str],
+                environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The runtime_env for `ray job submit`: the YAML file's keys, with the named variables that are set added
+    to its env_vars (the job's driver and every actor it starts get them).
+
+    Secrets do not belong in `names`: a runtime_env is stored by the cluster and shown by its dashboard.
+    """
+    import yaml
+
+    environ = os.environ if environ is None else environ
+    env: dict[str, Any] = {}
+    if path:
+        env = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(env, dict):
+            raise ValueError(f"{path}: a runtime_env must be a mapping, got {type(env).__name__}")
+    env_vars = {str(k): str(v) for k, v in (env.get("env_vars") or {}).items()}
+    env_vars.update({name: environ[name] for name in names if name in environ})
+    env["env_vars"] = env_vars
+    return env
+
+
+def job_exit_code(address: str, job_id: str, submit_status: int) -> int:
+    """What the evaluation exited with: the driver's exit code (a signal as 128 + its number), 0 when the job
+    succeeded, else 1; `submit_status` when the cluster has no such job (the submission itself failed)."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    try:
+        info = JobSubmissionClient(address).get_job_info(job_id)
+    except Exception as exc:  # any failure here means there is no job to ask about
+        print(f"no job {job_id} at {address}: {exc}", file=sys.stderr)
+        return submit_status or 1
+    code = info.driver_exit_code
+    print(f"job {job_id}: {info.status.value}, driver exit code {code}", file=sys.stderr)
+    if info.status == JobStatus.SUCCEEDED:
+        return 0
+    if code is None or code == 0:
+        return 1
+    return 128 - code if code < 0 else code
+
+
+def _parent(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    return int(stat.rsplit(b")", 1)[1].split()[1])  # the command name may hold spaces and parentheses
+
+
+def _ancestors() -> set[int]:
+    """This process and its ancestors: the shell that asks for a sweep carries the tag too."""
+    pid, seen = os.getpid(), set()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        try:
+            pid = _parent(pid)
+        except (OSError, ValueError, IndexError):
+            break
+    return seen
+
+
+def _start_ticks(pid: int) -> int:
+    """When `pid` started, in clock ticks since boot."""
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    return int(stat.rsplit(b")", 1)[1].split()[19])
+
+
+def tagged_pids(tag: str, since_pid: int | None = None) -> list[int]:
+    """Live processes on this machine whose environment holds LONGEVAL_RAY_TAG=tag, except our own ancestors and,
+    with `since_pid`, processes older than that one: what the script with the tag started, not the shell or the
+    `sbatch --wait` that handed the tag to it."""
+    needle = f"{TAG_VAR}={tag}".encode()
+    skip = _ancestors()
+    not_before = _start_ticks(since_pid) if since_pid else 0
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in skip:
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()  # empty for zombies: they are not counted
+            if needle in environ.split(b"\0") and _start_ticks(int(entry)) >= not_before:
+                found.append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    return sorted(found)
+
+
+def _signal_all(pids: Iterable[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def sweep(tag: str, since_pid: int | None = None, grace_s: float = 10.0) -> dict[int, str]:
+    """SIGTERM the tagged processes (see `tagged_pids`), SIGKILL those still there after `grace_s`; returns what
+    was found (pid: command line)."""
+    found = {pid: command_line(pid) for pid in tagged_pids(tag, since_pid)}
+    if not found:
+        return {}
+    _signal_all(found, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while (left := tagged_pids(tag, since_pid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    _signal_all(left, signal.SIGKILL)
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m longeval.launch", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("free-ports")
+    p.add_argument("count", type=int)
+    p = sub.add_parser("runtime-env")
+    p.add_argument("file", nargs="?", default="")
+    p.add_argument("names", nargs="?", default="", help="space-separated variable names")
+    p = sub.add_parser("job-exit-code")
+    p.add_argument("address")
+    p.add_argument("job_id")
+    p.add_argument("submit_status", type=int)
+    p = sub.add_parser("sweep")
+    p.add_argument("tag")
+    p.add_argument("--since-pid", type=int, help="leave processes older than this one alone")
+    args = parser.parse_args(argv)
+
+    if args.command == "free-ports":
+        print(" ".join(map(str, free_ports(args.count))))
+    elif args.command == "runtime-env":
+        print(json.dumps(runtime_env(args.file or None, args.names.split())))
+    elif args.command == "job-exit-code":
+        print(job_exit_code(args.address, args.job_id, args.submit_status))
+    elif args.command == "sweep":
+        for pid, command in sweep(args.tag, args.since_pid).items():
+            print(f"stopped a leftover process of this cluster: {pid} {command[:200]}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""`ray job submit` against a real `ray start --head` cluster on loopback: what the Slurm script builds on.
+
+cluster/ray_cluster.sh `run` starts the head (its own ports, temp dir and tag), waits until `ray status` shows
+the node and its CPUs, submits `python jobs/run.py run ...` with `--working-dir` the checkout (the venv, caches
+and runs excluded by cluster/runtime_env.yaml), streams the job's logs, and stops the head by PID.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+
+import pytest
+
+from tests.cluster.cluster_helpers import (
+    BAD_OVERRIDES,
+    JOB_TIMEOUT_S,
+    RAY_CLUSTER_SH,
+    REPO,
+    TINY_OVERRIDES,
+    assert_cluster_came_up_and_job_succeeded,
+    assert_tiny_run,
+    job_env,
+    new_tag,
+    short_tmpdir,
+    stop_leftovers,
+    wait_until_no_processes,
+)
+
+pytestmark = pytest.mark.engine
+
+
+def _run_on_loopback_cluster(overrides: list[str]) -> tuple[subprocess.CompletedProcess[str], str, float]:
+    """cluster/ray_cluster.sh run OVERRIDES with a fresh tag and temp dir; returns the result, the tag and seconds."""
+    tag = new_tag()
+    with short_tmpdir("le-ray-") as ray_tmp:
+        env = job_env(tag, ray_tmp / "ray")
+        env["LONGEVAL_RAY_NUM_CPUS"] = "2"
+        started = time.monotonic()
+        try:
+            # The script's own session: a timeout here must not leave its process group behind.
+            result = subprocess.run(["bash", str(RAY_CLUSTER_SH), "run", *overrides], cwd=REPO, env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=JOB_TIMEOUT_S,
+                                    start_new_session=True)
+        finally:
+            seconds = time.monotonic() - started
+            left = wait_until_no_processes(tag)
+            stop_leftovers(tag)
+        assert not left, f"processes of the cluster outlived the script: {left}"
+    return result, tag, seconds
+
+
+def test_job_runs_the_quick_suite_on_a_loopback_ray_cluster(tiny_model_path, tmp_path):
+    store = tmp_path / "runs"
+    result, _, seconds = _run_on_loopback_cluster([*TINY_OVERRIDES, f"store.root={store}", "run_name=submitted"])
+    log = result.stdout
+    assert result.returncode == 0, log[-5000:]
+    assert_cluster_came_up_and_job_succeeded(log, cpus=2)
+    assert_tiny_run(store / "submitted")
+    # the checkout went up as the job's working dir (what it leaves behind: test_cluster_configs.py)
+    assert re.search(r"Uploading package gcs://_ray_pkg_\w+\.zip", log), log[:5000]
+    print(f"ray job submit on loopback: {seconds:.0f} s\n{log[-2500:]}")
+
+
+def test_the_scripts_exit_code_is_the_jobs(tmp_path):
+    result, _, _ = _run_on_loopback_cluster([*BAD_OVERRIDES, f"store.root={tmp_path}"])
+    log = result.stdout
+    assert result.returncode == 2, log[-5000:]
+    assert "unknown task 'niah_single_9'" in log
+    assert "finished with exit code 2" in log
+    assert not any(tmp_path.iterdir())  # failed before writing anything
