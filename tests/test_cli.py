@@ -98,3 +98,10 @@ def test_plan_gpu_errors_say_what_to_do(capsys, tmp_path, argv, expected):
     code, text = _run(capsys, "plan", f"store.root={tmp_path}", *argv)
     assert code == 2
     assert expected in text
+
+
+def test_plan_without_data_files_warns_and_still_plans(capsys):
+    assert main(["plan", "model=llama31_8b", "suite=ruler", "cluster=a40_48gb"]) == 0
+    out = capsys.readouterr().out
+    assert "before running:" in out and "suite.data.squad_path" in out
+    assert "tensor_parallel_size" in out
