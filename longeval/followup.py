@@ -5,7 +5,9 @@ answer with that reasoning quoted. A task opts in with `TaskSpec.followup` and m
 with `"followup": true` in their meta. After each inference round the pipeline writes a follow-up instance
 for every marked instance that has a final prediction and no follow-up yet, and infers again; only the last
 call of a chain is scored, so every item counts once. A first call that could not be sent (prompt too long)
-gets a follow-up that is recorded as failed the same way, never dropped.
+gets a follow-up that is recorded as failed the same way, never dropped. A task's `followup` may return None
+for an output that needs no second call (TAIL's judge only sees answers its parser cannot map): that first call
+is then the last of its chain and is scored.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ def write_followups(cfg: Config, root: RunRoot, model_path: str) -> int:
         sent = not pred["error"]
         draft = spec.followup(ctx, spec.params, meta, pred["output"] if sent else "",
                               target_length=parent.target_length, max_new_tokens=second.max_new_tokens)
+        if draft is None:  # the task needs no second call for this output (TAIL: the parser mapped the answer)
+            continue
         draft = dataclasses.replace(draft, meta={**draft.meta, FOLLOWUP_KEY: False, PARENT_KEY: parent.instance_id})
         child = make_instance(second, draft, ctx, target_length=parent.target_length, seed=parent.seed,
                               shard_index=parent.shard_index, index=parent.index)

@@ -416,7 +416,7 @@ def longbench_breakdown(root: RunRoot, scores: pa.Table) -> pa.Table:
 def tail_tables(root: RunRoot, scores: pa.Table) -> tuple[pa.Table, pa.Table]:
     """TAIL's accuracy per (length, depth) — the heatmap of its Figure 5 — and per model its Table 2 numbers:
     Avg, wAvg(inc), wAvg(dec) over the lengths and the longest/shortest ratio (per-length accuracy is the
-    task's row of `summary/tasks`)."""
+    task's row of `summary/tasks`), with how many answers went to the judge and how many it mapped."""
     from longeval.tasks.tail import accuracy_grid, length_summary
 
     grid, head = [], []
@@ -424,15 +424,19 @@ def tail_tables(root: RunRoot, scores: pa.Table) -> tuple[pa.Table, pa.Table]:
         grid += [{"model_id": model_id, "target_length": c.target_length, "depth": c.depth, "n": c.n,
                   "accuracy": c.accuracy} for c in accuracy_grid(rows)]
         summary = length_summary(rows)
+        judged = [r for r in rows if json.loads(r["meta"] or "{}").get("mapped_by") == "judge"]
         head.append({"model_id": model_id, "shortest": summary.lengths[0] if summary.lengths else None,
                      "longest": summary.lengths[-1] if summary.lengths else None, "avg": summary.avg,
-                     "wavg_inc": summary.wavg_inc, "wavg_dec": summary.wavg_dec, "ratio": summary.ratio})
+                     "wavg_inc": summary.wavg_inc, "wavg_dec": summary.wavg_dec, "ratio": summary.ratio,
+                     "answers": len(rows), "judged": len(judged),
+                     "judge_mapped": sum(1 for r in judged if r["error_type"] != "unmapped")})
     return (pa.Table.from_pylist(grid, schema=pa.schema([
                 ("model_id", pa.string()), ("target_length", pa.int64()), ("depth", pa.float64()),
                 ("n", pa.int64()), ("accuracy", pa.float64())])),
             pa.Table.from_pylist(head, schema=pa.schema([
                 ("model_id", pa.string()), ("shortest", pa.int64()), ("longest", pa.int64()), ("avg", pa.float64()),
-                ("wavg_inc", pa.float64()), ("wavg_dec", pa.float64()), ("ratio", pa.float64())])))
+                ("wavg_inc", pa.float64()), ("wavg_dec", pa.float64()), ("ratio", pa.float64()),
+                ("answers", pa.int64()), ("judged", pa.int64()), ("judge_mapped", pa.int64())])))
 
 
 # -- provenance -------------------------------------------------------------------------------------

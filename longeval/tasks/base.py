@@ -108,7 +108,7 @@ class TaskSpec:
     budget: Callable[[Any], int] | None = None
     """The output budget as a function of the params (SYNC: larger with chain-of-thought), used when the
     suite changes the params; None keeps `max_new_tokens`."""
-    followup: Callable[..., Draft] | None = None
+    followup: Callable[..., Draft | None] | None = None
     """Builds a second call from the first call's output (LongBench v2's CoT answer call); instances that
     need one carry `"followup": true` in their meta (see `longeval.followup`)."""
     followup_budget: int = 0

@@ -58,3 +58,30 @@ def test_run_evaluates_a_built_benchmark_per_depth_and_length(tmp_path, tiny_mod
     (head,) = result.tail.to_pylist()
     assert (head["shortest"], head["longest"]) == (2048, 4096)
     assert head["avg"] is not None and 0 <= head["avg"] <= 100
+
+
+def test_the_judge_maps_what_the_parser_cannot(tmp_path, tiny_model_path):
+    """The tiny model's junk answers are unmapped: each gets a judge call, and only the judge's call is scored."""
+    import json
+
+    from longeval.records import SCORE_SCHEMA
+
+    bench = build_dataset(tmp_path / "bench", [domain_of("finance", 900), domain_of("law", 900)], (0.25, 0.75))
+    cfg = load_config(["model=tiny_random", "suite=tail", "suite.lengths=[2048]", "suite.samples=4",
+                       "suite.shard_size=4", f"suite.params.tail.dataset={bench}",
+                       "suite.params.tail.depths=[0.25,0.75]", "suite.params.tail.cot=false",
+                       "+suite.params.tail.judge=true", f"store.root={tmp_path}"])
+    result = run(cfg)
+    root = RunRoot(cfg.run_root)
+    instances = root.read_stage("instances", INSTANCE_SCHEMA).to_pylist()
+    judged = [i for i in instances if json.loads(i["meta"]).get("mapped_by") == "judge"]
+    firsts = [i for i in instances if i not in judged]
+    assert len(firsts) == 4 and 1 <= len(judged) <= 4
+    scores = root.read_stage("scores", SCORE_SCHEMA).to_pylist()
+    assert len(scores) == 4  # every question counts once: its judge call when it had one, else its first call
+    judged_ids = {i["instance_id"] for i in judged}
+    (head,) = result.tail.to_pylist()
+    assert head["answers"] == 4 and head["judged"] == len(judged_ids)
+    assert head["judge_mapped"] == sum(1 for s in scores if s["instance_id"] in judged_ids
+                                       and s["error_type"] != "unmapped")
+    assert result.status["complete"]

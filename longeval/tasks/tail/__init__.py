@@ -79,8 +79,10 @@ from longeval.tasks.tail.scoring import (
 from longeval.tasks.tail.task import (
     COT_MAX_NEW_TOKENS,
     DIRECT_MAX_NEW_TOKENS,
+    JUDGE_MAX_NEW_TOKENS,
     TailParams,
     generate,
+    judge_draft,
     max_new_tokens,
 )
 from longeval.tasks.tail.testdocs import EncodedDomain, TailDocument, build_test_document, encode_domain
@@ -90,6 +92,7 @@ __all__ = [
     "DATASET_KEY",
     "DEFAULT_DEPTHS",
     "DIRECT_MAX_NEW_TOKENS",
+    "JUDGE_MAX_NEW_TOKENS",
     "ERROR_TYPES",
     "FORMAT_VERSION",
     "LETTERS",
@@ -128,6 +131,7 @@ __all__ = [
     "encode_domain",
     "generate",
     "heatmap",
+    "judge_draft",
     "initial_segments",
     "length_accuracy",
     "length_summary",
@@ -158,9 +162,11 @@ __all__ = [
 METRIC = "tail_choice"
 
 TAIL_TASKS: tuple[TaskSpec, ...] = (
-    TaskSpec("tail", "tail", TailParams(), generate, METRIC, COT_MAX_NEW_TOKENS, budget=max_new_tokens),
+    TaskSpec("tail", "tail", TailParams(), generate, METRIC, COT_MAX_NEW_TOKENS, budget=max_new_tokens,
+             followup=judge_draft, followup_budget=JUDGE_MAX_NEW_TOKENS),
 )
 """The registry entry; `budget` gives 32 tokens when a suite sets `suite.params.tail.cot=false`. The benchmark
-folder is a param (`suite.params.tail.dataset`), not a `suite.data` path, so `needs` is empty."""
+folder is a param (`suite.params.tail.dataset`), not a `suite.data` path, so `needs` is empty. With
+`suite.params.tail.judge=true`, unmapped outputs get a judge call through `followup`."""
 
 TAIL_SCORERS: dict[str, Judge] = {METRIC: score_tail}

@@ -17,7 +17,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 
-PROMPTS_VERSION = "1"
+PROMPTS_VERSION = "2"  # 2: the answer-mapping judge
 LETTERS = ("A", "B", "C", "D", "E", "F")
 """§3.2: six options, one right; guessing gives 1/6."""
 
@@ -110,8 +110,27 @@ EVAL_DIRECT = (
 DIRECT_ANSWER_PREFIX = "Answer:"
 DOCUMENT = "$DOCUMENT$"
 
+JUDGE = (
+    "Below are a multiple-choice question and a response to it. Which option does the response give as its final "
+    "answer?\n"
+    "\n"
+    "Question: $QUESTION$\n"
+    "Options:\n"
+    "$OPTIONS$\n"
+    "\n"
+    "Response:\n"
+    "<response>\n"
+    "$DOCUMENT$\n"
+    "</response>\n"
+    "\n"
+    "Reply with the letter of that option only (A, B, C, D, E or F), or X if the response gives no single option."
+)
+"""§3.5's answer mapping by an LLM, for the outputs the deterministic parser cannot map (`suite.params.tail.judge`);
+the response sits where an evaluation prompt's document does."""
+JUDGE_ANSWER_PREFIX = "Answer:"
+
 TEMPLATES: dict[str, str] = {"generation": GENERATION, "quality": QUALITY, "rag": RAG, "eval_cot": EVAL_COT,
-                             "eval_direct": EVAL_DIRECT}
+                             "eval_direct": EVAL_DIRECT, "judge": JUDGE}
 
 _MARKER = re.compile(r"\$(PARAGRAPH|QUESTION|OPTIONS|EXCERPTS|DOCUMENT)\$")
 
@@ -147,6 +166,13 @@ def evaluation_parts(question: str, options: Sequence[str], *, cot: bool) -> tup
     before, after = (EVAL_COT if cot else EVAL_DIRECT).split(DOCUMENT)  # split first: a question may hold the marker
     values = {"QUESTION": question.strip(), "OPTIONS": format_options(options)}
     return fill(before, values), fill(after, values), "" if cot else DIRECT_ANSWER_PREFIX
+
+
+def judge_parts(question: str, options: Sequence[str]) -> tuple[str, str, str]:
+    """The judge prompt split at the response: (text before, text after, answer prefix)."""
+    before, after = JUDGE.split(DOCUMENT)
+    values = {"QUESTION": question.strip(), "OPTIONS": format_options(options)}
+    return fill(before, values), fill(after, values), JUDGE_ANSWER_PREFIX
 
 
 def fingerprint() -> str:

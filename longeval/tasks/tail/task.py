@@ -20,12 +20,15 @@ from longeval.tasks.tail import prompts
 from longeval.tasks.tail.dataset import DATASET_KEY, TailDataset, TailQuestion, load_tail_dataset
 from longeval.tasks.tail.depths import DEFAULT_DEPTHS, check_depths
 from longeval.tasks.tail.testdocs import EncodedDomain, build_test_document, encode_domain
+from longeval.text.pieces import Piece
 from longeval.text.render import Frame
 
 COT_MAX_NEW_TOKENS = 512
 """§4.2: outputs are limited to 512 tokens (the model reasons, then answers)."""
 DIRECT_MAX_NEW_TOKENS = 32
 """Without chain of thought the answer is one letter after the prefilled "Answer:"."""
+JUDGE_MAX_NEW_TOKENS = 8
+"""The judge replies with one letter (or X)."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,9 @@ class TailParams:
     """Ask only the questions at these depths (fractions; default 5 % … 95 % in steps of 5 %, §4.1)."""
     cot: bool = True
     """Think step by step, then answer (the paper's setting); false asks for the letter only."""
+    judge: bool = False
+    """Send the outputs the deterministic parser cannot map to an LLM judge (a second call to the evaluated model,
+    `judge_draft`); the judged instances carry `"mapped_by": "judge"` in their meta."""
 
 
 def max_new_tokens(params: TailParams) -> int:
@@ -122,6 +128,7 @@ def generate(
         "gold_segment": question.gold_segment,
         "segments": [doc.first_segment, doc.last_segment],
         "cot": params.cot,
+        "followup": params.judge,  # unmapped outputs get a judge call (the pipeline's `followup`)
         "answer_prefix": frame.answer_prefix,
         "prompt_fingerprint": prompts.fingerprint(),
         "dataset_fingerprint": data.fingerprint,
@@ -130,3 +137,28 @@ def generate(
     }
     return draft(frame, doc.piece, [question.answer], depth=round(100.0 * doc.depth, 2), complexity=question.domain,
                  meta=meta)
+
+
+def judge_draft(
+    ctx: GenContext, params: TailParams, first_instance_meta: dict, output: str, *, target_length: int,
+    max_new_tokens: int,
+) -> Draft | None:
+    """The judge call for an output the deterministic parser leaves unmapped; None when the parser maps it.
+
+    The reference maps every answer with GPT-4o-mini; here the parser goes first and the evaluated model judges
+    only the rest, so most answers stay deterministic and the judged ones are marked (`mapped_by`).
+    """
+    from longeval.tasks.tail.scoring import UNMAPPED, score_tail
+
+    meta = dict(first_instance_meta)
+    text = output.strip() if isinstance(output, str) else ""
+    if score_tail(text, [str(meta.get("answer", ""))], meta).error_type != UNMAPPED:
+        return None
+    before, after, prefix = prompts.judge_parts(str(meta.get("question", "")), list(meta.get("options") or []))
+    frame = render(ctx, before, after, prefix)
+    response = frame.context_lead + text
+    piece = Piece(response, ctx.encoder.encode(response))
+    meta.update(call="judge", mapped_by="judge", answer_prefix=frame.answer_prefix, judged_output=text,
+                prompt_fingerprint=prompts.fingerprint())
+    return draft(frame, piece, [str(meta.get("answer", ""))], depth=meta.get("realised_depth", 0.0),
+                 complexity=str(meta.get("domain", "")), meta=meta)

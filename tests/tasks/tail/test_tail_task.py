@@ -133,3 +133,26 @@ def test_a_literal_context_marker_in_a_question(ctx: GenContext, tmp_path: Path,
 def test_unset_dataset_names_the_setting(ctx: GenContext) -> None:
     with pytest.raises(DataFileError, match=r"suite\.params\.tail\.dataset is not set"):
         run(ctx, TailParams(), 0)
+
+
+def test_the_judge_sees_only_what_the_parser_cannot_map(ctx: GenContext, dataset: str) -> None:
+    from longeval.tasks.tail import judge_draft, score_tail
+
+    params = TailParams(dataset=dataset, depths=DEPTHS, judge=True)
+    first = run(ctx, params, 0)
+    assert first.meta["followup"] is True
+    meta = dict(first.meta)
+    gold = meta["answer"]
+    assert judge_draft(ctx, params, meta, f"Thinking...\nAnswer: {gold}", target_length=8192, max_new_tokens=8) is None
+    rambling = "I am not sure; it could be several of these, maybe the second or the last."
+    second = judge_draft(ctx, params, meta, rambling, target_length=8192, max_new_tokens=8)
+    assert second is not None
+    assert second.meta["mapped_by"] == "judge" and second.meta["judged_output"] == rambling
+    assert rambling in second.prompt and meta["question"] in second.prompt
+    assert second.prompt.rstrip().endswith("Answer:") and second.references == [gold]
+    assert second.meta["depth"] == meta["depth"]  # the judged answer counts in its question's cell
+    # the judge's reply is scored by the same deterministic parser, after its "Answer:" prefix
+    assert score_tail(f" {gold}", [gold], second.meta).score == 1.0
+    assert score_tail(" X", [gold], second.meta).error_type == "unmapped"
+    without = TailParams(dataset=dataset, depths=DEPTHS)
+    assert run(ctx, without, 0).meta["followup"] is False
