@@ -102,6 +102,16 @@ def _grid(fig: Figure, panels: int, *, columns: int = 4):
     return flat[:panels]
 
 
+def _by_task(series: Series) -> tuple[dict[str, dict[str, list[dict]]], list[str], list[int]]:
+    """Rows grouped by task, then by run; the sorted tasks and every length any run has."""
+    cells: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for label, table in series.items():
+        for row in table.to_pylist():
+            cells[row["task"]][label].append(row)
+    lengths = sorted({r["target_length"] for by_run in cells.values() for rows in by_run.values() for r in rows})
+    return cells, sorted(cells), lengths
+
+
 def _panel_figure(panels: int, *, columns: int = 4, width: float = 2.9, height: float = 2.3) -> tuple[Figure, list]:
     cols = max(1, min(columns, panels))
     fig = _figure(width * cols + 0.4, height * math.ceil(panels / cols) + 0.5)
@@ -151,15 +161,10 @@ def task_curves(series: Series, *, colors: Mapping[str, str], threshold: float |
         series: `summary/tasks` rows of one family per run (`task, target_length, score, ci_low, ci_high`).
         threshold: drawn as a dotted line when given (RULER's 85.6 bar).
     """
-    cells: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
-    for label, table in series.items():
-        for row in table.to_pylist():
-            cells[row["task"]][label].append(row)
+    cells, tasks, lengths = _by_task(series)
     if not cells:
         return None
-    tasks = sorted(cells)
     fig, axes = _panel_figure(len(tasks))
-    lengths = sorted({r["target_length"] for by_run in cells.values() for rows in by_run.values() for r in rows})
     for ax, task in zip(axes, tasks, strict=True):
         for i, label in enumerate(series):
             rows = sorted(cells[task].get(label, []), key=lambda r: r["target_length"])
@@ -215,15 +220,10 @@ def cumulative_curves(series: Series, *, colors: Mapping[str, str],
                       chance: Mapping[str, float] | None = None) -> Figure | None:
     """Michelangelo's curves: per task, the cumulative score "up to L" (solid) and the pointwise score at L
     (faint, dashed) against length, with the task's chance rate as a grey dotted line."""
-    cells: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
-    for label, table in series.items():
-        for row in table.to_pylist():
-            cells[row["task"]][label].append(row)
+    cells, tasks, lengths = _by_task(series)
     if not cells:
         return None
-    tasks = sorted(cells)
     fig, axes = _panel_figure(len(tasks), columns=3, width=3.3, height=2.5)
-    lengths = sorted({r["target_length"] for by_run in cells.values() for rows in by_run.values() for r in rows})
     for ax, task in zip(axes, tasks, strict=True):
         for label in series:
             rows = sorted(cells[task].get(label, []), key=lambda r: r["target_length"])
