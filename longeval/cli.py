@@ -52,6 +52,8 @@ def _print_results(result) -> None:
                       f"({status['engine_errors']} engine errors, {status['not_predicted']} not run yet); the tables "
                       "above are partial. Rerun the same command to finish: finished work is kept.")
     console.print(f"results: {result.root}  (summary/*.csv and summary.json, scores/, predictions/, instances/)")
+    if result.tracking:
+        console.print(result.tracking)
 
 
 def cmd_run(overrides: list[str], stages: tuple[str, ...]) -> None:

@@ -50,6 +50,8 @@ class RunResult:
     tail_grid: pa.Table | None = None
     status: dict | None = None
     """`run_status`: whether every planned shard and every instance's prediction is there."""
+    tracking: str | None = None
+    """Where the W&B run went (`tracking=wandb`), for the end of the output."""
 
 
 # -- generate ---------------------------------------------------------------------------------------
@@ -588,6 +590,7 @@ def run(cfg: Config, *, stages: Iterable[str] = STAGES, progress=None) -> RunRes
         tracker.finish(failed=True)
         raise
     tracker.finish()
+    result.tracking = tracker.describe()
     return result
 
 

@@ -549,6 +549,7 @@ class Tracker(Protocol):
     def start(self) -> None: ...
     def log_results(self) -> None: ...
     def finish(self, *, failed: bool = False) -> None: ...
+    def describe(self) -> str | None: ...
 
 
 @dataclass
@@ -565,6 +566,9 @@ class NullTracker:
         return None
 
     def finish(self, *, failed: bool = False) -> None:
+        return None
+
+    def describe(self) -> str | None:
         return None
 
 
@@ -666,6 +670,15 @@ class WandbTracker:
         exit_code = 1 if failed else 0
         if self._guard("finish", self.run.finish, exit_code=exit_code) is not _FAILED:
             self._record("finish", self.run_id or "", {"exit_code": exit_code})
+
+    def describe(self) -> str | None:
+        """Where the run went, for the end of the job's output (None when W&B could not be started)."""
+        if self.run is None:
+            return None
+        if self.mode == "offline":
+            return f"W&B run {self.run_id} (offline) in {self.run_dir}; upload it with: wandb sync {self.run_dir}"
+        url = _or(self._guard("read the run URL", lambda: self.run.url), None)
+        return f"W&B run {self.run_id}: {url or self.cfg.tracking.project}"
 
     # -- hand-overs ----------------------------------------------------------------------------------
 

@@ -326,8 +326,10 @@ def test_pipeline_logs_after_report_and_marks_a_failed_stage(tmp_path, monkeypat
     cfg = _cfg(tmp_path)
     build_root(cfg)
     made = _capture_trackers(monkeypatch)
-    pipeline.run(cfg, stages=["report"])
+    result = pipeline.run(cfg, stages=["report"])
     assert [e.kind for e in made[0].logged if e.kind in ("init", "summary", "finish")] == ["init", "summary", "finish"]
+    assert result.tracking == (f"W&B run {made[0].run_id} (offline) in {made[0].run_dir}; "
+                               f"upload it with: wandb sync {made[0].run_dir}")
     assert _of(made[0], "finish")[made[0].run_id].value == {"exit_code": 0}
 
     def broken(*args, **kwargs):
