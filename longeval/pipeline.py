@@ -566,6 +566,9 @@ def run(cfg: Config, *, stages: Iterable[str] = STAGES, progress=None) -> RunRes
     plan = make_plan(cfg)
     root = RunRoot(cfg.run_root)
     root.probe()  # a wrong endpoint, bucket or key fails now; later S3 errors are waited out (store.py)
+    adopted = root.adopt_legacy()  # a run root from before commit records: keep its finished work
+    if adopted:
+        log.warning("run root %s predates commit records: adopted its %d finished shards", root.uri, adopted)
     _check_same_config(cfg, root)
     if "generate" in stages:
         preflight(cfg, plan, model_path)

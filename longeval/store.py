@@ -52,6 +52,8 @@ ENDPOINT_ENV_VARS = ("LONGEVAL_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOIN
 _PARQUET = ".parquet"
 _TMP_SUFFIX = ".tmp"
 _MANIFEST = "_manifest"
+LEGACY_STAGES = ("instances", "predictions", "scores", "summary")
+"""The stages a run root written before commit records may hold (`RunRoot.adopt_legacy`)."""
 DEFAULT_PATIENCE_S = 300.0
 PATIENCE_ENV_VAR = "LONGEVAL_S3_PATIENCE_S"
 _AWS_CODE = re.compile(r"AWS Error (\w+)")
@@ -297,6 +299,34 @@ class RunRoot:
         """Whether the shard `name` of `stage` is finished (written and committed)."""
         return self.exists(self._commit_name(stage, name)) and self.exists(f"{self._rel(stage)}/{name}{_PARQUET}")
 
+    def adopt_legacy(self, stages: tuple[str, ...] = LEGACY_STAGES) -> int:
+        """Commit the shards of a run root written before commit records existed; returns how many.
+
+        Only a root with no `_manifest/` at all is adopted: its writers published each shard atomically, so a
+        whole Parquet file is a finished shard. A file whose Parquet footer does not read is left uncommitted
+        (it is generated or predicted again). A root that has commit records is never touched: there, a shard
+        without one was cut short.
+        """
+        if self._has_files(_MANIFEST):
+            return 0
+        adopted = 0
+        for stage in stages:
+            for base in self._list(self._rel(stage)):
+                if not base.endswith(_PARQUET) or base.startswith("."):
+                    continue
+                data = self.read_bytes(f"{stage}/{base}")
+                try:
+                    rows = pq.read_metadata(pa.BufferReader(data)).num_rows
+                except (pa.ArrowInvalid, OSError):
+                    log.warning("not adopting %s: not a readable Parquet file", self.path(stage, base))
+                    continue
+                record = {"rows": rows, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+                          "adopted": True}
+                self.write_bytes(self._commit_name(stage, base[: -len(_PARQUET)]),
+                                 json.dumps(record, sort_keys=True).encode("utf-8"))
+                adopted += 1
+        return adopted
+
     def probe(self) -> None:
         """Reach the store once, without the long patience: a wrong endpoint, bucket or key fails now, with
         what to fix, instead of after minutes of retries."""
@@ -416,6 +446,13 @@ class RunRoot:
                     "create it first or fix the run root"
                 )
         return [info.base_name for info in infos if info.type == pafs.FileType.File]
+
+    def _has_files(self, rel: str) -> bool:
+        """Whether any file lies anywhere under `<root>/<rel>` (empty folders, which some S3 servers keep after
+        their objects are deleted, do not count)."""
+        selector = pafs.FileSelector(f"{self._base}/{rel}", recursive=True, allow_not_found=True)
+        infos = self._call(f"list {self.path(rel)}", self._fs.get_file_info, selector)
+        return any(info.type == pafs.FileType.File for info in infos)
 
     def _local_atomic(self, rel: str, write: Callable[[Any], object]) -> None:
         """Write to a temp file beside the target, fsync, then rename over it (atomic on POSIX)."""

@@ -243,3 +243,21 @@ def test_write_part_names_parts_by_their_rows(tmp_path):
     assert root.write_part("predictions", table.take([1, 0])) == name  # same rows, same part
     assert root.write_part("predictions", table.slice(0, 1)) != name
     assert len(root.shard_names("predictions")) == 2
+
+
+def test_a_run_root_from_before_commit_records_is_adopted(root: RunRoot) -> None:
+    import shutil
+
+    root.write_table("predictions", "p0", predictions("m", 3))
+    root.write_table("scores", "scores", predictions("m", 2))
+    shutil.rmtree(root.local_path() / "_manifest")  # what an older longeval left: shards, no commit records
+    (root.local_path() / "predictions" / "torn.parquet").write_bytes(b"PAR1 cut short")
+    assert root.shard_names("predictions") == set()
+    assert root.adopt_legacy() == 2  # the torn file is not adopted
+    assert root.shard_names("predictions") == {"p0"} and root.read_stage("scores").num_rows == 2
+    assert root.commit_record("predictions", "p0")["adopted"] is True
+    assert root.verify("predictions") == []
+    assert root.adopt_legacy() == 0  # a root with commit records is never adopted again
+    (root.local_path() / "predictions" / "late.parquet").write_bytes(
+        (root.local_path() / "predictions" / "p0.parquet").read_bytes())
+    assert root.adopt_legacy() == 0 and "late" not in root.shard_names("predictions")

@@ -246,3 +246,15 @@ def test_a_store_outage_within_the_patience_costs_a_pause_not_the_write(
     assert time.monotonic() - started >= 3.5  # it really waited for the server
     assert patient.shard_names("predictions") == {"s0", "s1"}
     assert patient.read_stage("predictions").num_rows == 3
+
+
+def test_an_s3_run_root_from_before_commit_records_is_adopted(server: S3Server) -> None:
+    root = RunRoot(f"s3://{server.bucket}/legacy-run")
+    root.write_table("predictions", "p0", predictions(3))
+    client = server.client()
+    for key in server.keys("legacy-run/_manifest/"):
+        client.delete_object(Bucket=server.bucket, Key=key)
+    assert root.shard_names("predictions") == set()
+    assert root.adopt_legacy() == 1
+    assert root.read_stage("predictions", PREDICTION_SCHEMA).num_rows == 3
+    assert root.adopt_legacy() == 0

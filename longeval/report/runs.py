@@ -101,6 +101,7 @@ def load_run(uri: str, *, compute_missing: bool = True) -> RunData:
         StoreError: the root has neither summaries nor scores (not a run root, or not scored yet).
     """
     root = RunRoot(uri)
+    root.adopt_legacy()  # a run root from before commit records: its finished shards count
     config = _config(root)
     tables = _summaries(root)
     computed = False
@@ -108,8 +109,8 @@ def load_run(uri: str, *, compute_missing: bool = True) -> RunData:
         if not root.has("scores", "scores"):
             what = "no config.yaml either: is this a run root?" if not config else "run `longeval score` first"
             if root.exists("scores/scores.parquet") or root.exists("summary/tasks.parquet"):
-                what = ("its Parquet files exist but have no commit records under _manifest/ (written by an older "
-                        "longeval, or cut short): rerun `longeval score` and `longeval report` with its overrides")
+                what = ("its Parquet files exist but have no commit records under _manifest/ (cut short): "
+                        "rerun `longeval score` and `longeval report` with its overrides")
             raise StoreError(f"run root {root.uri} has no summary/ and no scores/scores.parquet; {what}")
         if not compute_missing:
             raise StoreError(f"run root {root.uri} has scores but no summary/; run `longeval report` on it first")
