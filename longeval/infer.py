@@ -27,6 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from longeval import interrupt
 from longeval.config import Config
 from longeval.dispatch import Work, assign
 from longeval.errors import LongevalError
@@ -294,6 +295,7 @@ def _infer_vllm(cfg: Config, pool: Pool, send: pa.Table, root: RunRoot, model_pa
         driver.start()
         shown = 0
         while driver.running():
+            interrupt.check()
             driver.wait(timeout_s=1.0)
             done = driver.progress()
             if progress and done > shown:
@@ -378,6 +380,7 @@ class _PoolDriver:
     def _restart(self, k: int, exc: BaseException) -> None:
         import ray
 
+        interrupt.check()  # engines in the terminal's process group die of the same Ctrl-C: stop, don't restart
         ray.kill(self.actors.pop(k), no_restart=True)
         done = final_ids(self.root)
         left = [w for w in self.work[k] if w.instance_id not in done]
@@ -463,6 +466,7 @@ def _infer_api(cfg: Config, pool: Pool, send: pa.Table, root: RunRoot, model_pat
     )
     task_id = progress.add_task(f"infer {pool.name}", total=send.num_rows) if progress else None
     for out in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+        interrupt.check()
         if progress:
             progress.advance(task_id, out.num_rows)
     return send.num_rows

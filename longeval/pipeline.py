@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from longeval import __version__
+from longeval import __version__, interrupt
 from longeval.aggregate import cumulative, error_table, headline, ladder, length_table, summarise
 from longeval.config import Config, to_yaml
 from longeval.infer import infer, pending_predictions
@@ -160,6 +160,7 @@ def generate(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=N
     task_id = progress.add_task("generate shards", total=len(todo)) if progress else None
     written = hits = 0
     for batch in ds.iter_batches(batch_size=1, batch_format="numpy"):
+        interrupt.check()
         written += len(batch["shard"])
         hits += int(np.sum(batch["cached"]))
         if progress:
@@ -216,6 +217,7 @@ def score(cfg: Config, root: RunRoot, progress=None) -> pa.Table:
         task_id = progress.add_task("score", total=joined.num_rows) if progress else None
         parts = []
         for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            interrupt.check()
             part = pa.Table.from_batches(b.to_batches()) if isinstance(b, pa.Table) else b
             parts.append(part)
             if progress:
