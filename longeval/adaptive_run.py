@@ -28,7 +28,10 @@ from longeval.adaptive import (
     next_round,
     skill_group,
 )
+from longeval.capacity import find_model_arch, get_gpu, kv_cache_tokens, plan_bucket
 from longeval.config import Config
+from longeval.cost import DEFAULT_GPU, Cost, call_cost
+from longeval.errors import ConfigError
 from longeval.infer import infer
 from longeval.pipeline import generate, score
 from longeval.plan import Plan, ShardSpec, make_plan, samples_per_length
@@ -45,8 +48,13 @@ class Cell:
     """One (task, length) cell's scored instances, in instance order, with each instance's tokens."""
 
     scores: np.ndarray
-    tokens: np.ndarray
-    """input + output tokens per instance."""
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """input + output tokens per instance."""
+        return self.prompt_tokens + self.output_tokens
 
 
 def settings_for(cfg: Config) -> Settings:
@@ -66,17 +74,44 @@ def read_cells(root: RunRoot, scores: pa.Table | None = None) -> dict[tuple[str,
     index = dict(zip(inst["instance_id"].to_pylist(), inst["index"].to_pylist(), strict=True))
     inputs = dict(zip(inst["instance_id"].to_pylist(), inst["input_tokens"].to_pylist(), strict=True))
     outputs = dict(zip(preds["instance_id"].to_pylist(), preds["output_tokens"].to_pylist(), strict=True))
-    rows: dict[tuple[str, int], list[tuple[int, float, int]]] = {}
+    rows: dict[tuple[str, int], list[tuple[int, float, int, int]]] = {}
     for r in scores.select(["instance_id", "family", "task", "target_length", "score"]).to_pylist():
         iid = r["instance_id"]
         rows.setdefault((f"{r['family']}/{r['task']}", r["target_length"]), []).append(
-            (index.get(iid, 0), r["score"], inputs.get(iid, 0) + outputs.get(iid, 0)))
+            (index.get(iid, 0), r["score"], inputs.get(iid, 0), outputs.get(iid, 0)))
     out = {}
     for key, cell in sorted(rows.items()):
         cell.sort()
-        out[key] = Cell(scores=np.array([min(1.0, max(0.0, s)) for _, s, _ in cell], dtype=np.float64),
-                        tokens=np.array([t for _, _, t in cell], dtype=np.float64))
+        out[key] = Cell(scores=np.array([min(1.0, max(0.0, s)) for _, s, _, _ in cell], dtype=np.float64),
+                        prompt_tokens=np.array([p for _, _, p, _ in cell], dtype=np.float64),
+                        output_tokens=np.array([o for _, _, _, o in cell], dtype=np.float64))
     return out
+
+
+def gpu_hours(cfg: Config, cells: Mapping[tuple[str, int], Cell]) -> tuple[str, dict[tuple[str, int], float]] | None:
+    """The planner's GPU-hours per cell for the instances it holds (`longeval.cost`), on cluster.gpu, or on
+    cost.DEFAULT_GPU when the run names none; None when the model's shapes are unknown (an API model)."""
+    try:
+        arch = find_model_arch(cfg.model)
+    except ConfigError:
+        arch = None
+    if arch is None:
+        return None
+    gpu = cfg.cluster.gpu or DEFAULT_GPU
+    out = {}
+    placements: dict[int, tuple[int, int | None]] = {}
+    for (task, length), cell in cells.items():
+        if length not in placements:
+            placement = plan_bucket(arch, get_gpu(gpu), model=cfg.model, max_model_len=length,
+                                    num_gpus=cfg.cluster.num_gpus or cfg.cluster.gpus_per_node,
+                                    gpus_per_node=cfg.cluster.gpus_per_node)
+            placements[length] = (placement.tensor_parallel_size, kv_cache_tokens(cfg.model, placement=placement))
+        tp, kv = placements[length]
+        total = Cost()
+        for p, o in zip(cell.prompt_tokens.astype(int).tolist(), cell.output_tokens.astype(int).tolist(), strict=True):
+            total += call_cost(arch, gpu, prompt_tokens=p, output_tokens=o, tensor_parallel_size=tp, kv_cache_tokens=kv)
+        out[(task, length)] = total.gpu_hours
+    return gpu, out
 
 
 def _states(cfg: Config, plan: Plan, cells: Mapping[tuple[str, int], Cell]) -> list[CellState]:
@@ -126,7 +161,8 @@ CELL_SCHEMA = pa.schema([
     ("task", pa.string()), ("target_length", pa.int64()), ("skill_group", pa.string()), ("instances", pa.int64()),
     ("cap", pa.int64()), ("decision", pa.string()), ("decided_early", pa.bool_()), ("stopped_by", pa.string()),
     ("score", pa.float64()), ("ci_low", pa.float64()), ("ci_high", pa.float64()), ("beats_shorter", pa.bool_()),
-    ("tokens", pa.int64()), ("full_tokens_est", pa.int64())])
+    ("tokens", pa.int64()), ("full_tokens_est", pa.int64()), ("gpu_hours", pa.float64()),
+    ("full_gpu_hours_est", pa.float64())])
 LENGTH_SCHEMA = pa.schema([
     ("scope", pa.string()), ("name", pa.string()), ("effective_length", pa.int64()),
     ("effective_length_low", pa.int64()), ("effective_length_high", pa.int64()), ("decided", pa.bool_())])
@@ -148,17 +184,20 @@ def adaptive_tables(cfg: Config, root: RunRoot, scores: pa.Table | None = None) 
     cells = read_cells(root, scores)
     states = _states(cfg, plan, cells)
     caps = samples_per_length(cfg)
+    hours = gpu_hours(cfg, cells)
     rows = []
     for s in states:
         cell = cells.get((s.task, s.length))
         spent = float(cell.tokens.sum()) if cell is not None else 0.0
         per = float(cell.tokens.mean()) if cell is not None and len(cell.tokens) else float(s.length)
+        cell_hours = hours[1].get((s.task, s.length)) if hours and cell is not None and s.n else None
         rows.append({"task": s.task, "target_length": s.length, "skill_group": skill_group(s.task),
                      "instances": s.n, "cap": caps[s.length], "decision": s.decision, "decided_early": s.early,
                      "stopped_by": _stopped_by(s, caps[s.length]),
                      "score": None if s.mean is None else 100 * s.mean, "ci_low": 100 * s.low,
                      "ci_high": 100 * s.high, "beats_shorter": s.beats_shorter, "tokens": int(spent),
-                     "full_tokens_est": int(round(per * caps[s.length]))})
+                     "full_tokens_est": int(round(per * caps[s.length])), "gpu_hours": cell_hours,
+                     "full_gpu_hours_est": None if cell_hours is None else cell_hours / s.n * caps[s.length]})
     lengths = []
     for task in sorted({s.task for s in states}):
         eff = effective_length({s.length: s.decision for s in states if s.task == task})
@@ -180,6 +219,12 @@ def adaptive_tables(cfg: Config, root: RunRoot, scores: pa.Table | None = None) 
                "token_share": spent / full_est if full_est else None,
                "cells": len(rows), "decided_early": sum(r["decided_early"] for r in rows),
                "confidence": cfg.suite.adaptive_confidence, "round_instances": settings.round_size}
+    if hours is not None:
+        # A cell with no instance yet has no per-instance estimate: it counts 0 both ways.
+        spent_h = sum(r["gpu_hours"] or 0.0 for r in rows)
+        full_h = sum(r["full_gpu_hours_est"] or 0.0 for r in rows)
+        compute.update(gpu=hours[0], gpu_hours=spent_h, full_gpu_hours_est=full_h,
+                       gpu_hours_share=spent_h / full_h if full_h else None)
     return {"adaptive": pa.Table.from_pylist(rows, schema=CELL_SCHEMA),
             "adaptive_lengths": pa.Table.from_pylist(lengths, schema=LENGTH_SCHEMA), "compute": compute}
 

@@ -250,6 +250,9 @@ def summary_metrics(tables: Mapping[str, pa.Table]) -> dict[str, float]:
         cells = tables["adaptive"]
         full = pc.sum(cells["full_tokens_est"]).as_py()
         out["adaptive/token_share"] = pc.sum(cells["tokens"]).as_py() / full if full else 0.0
+        if "gpu_hours" in cells.column_names and pc.sum(cells["full_gpu_hours_est"]).as_py():
+            out["adaptive/gpu_hours"] = pc.sum(cells["gpu_hours"]).as_py()
+            out["adaptive/gpu_hours_share"] = out["adaptive/gpu_hours"] / pc.sum(cells["full_gpu_hours_est"]).as_py()
     for row in tables["longbench_v2"].to_pylist() if "longbench_v2" in tables else []:
         if row.get("accuracy") is not None:
             out[breakdown_key(row["group"])] = row["accuracy"]

@@ -63,6 +63,9 @@ def test_adaptive_run_stops_decided_cells_and_resumes_without_inference(tmp_path
     assert len(names) == 4 * 2  # two rounds of one shard per cell, out of 4 in the full sweep
     compute = result.adaptive["compute"]
     assert compute["instances"] == 24 and compute["full_instances"] == 48 and 0 < compute["token_share"] < 0.6
+    # the planner's GPU-hours (longeval.cost) on the default GPU, since this CPU run names none
+    assert compute["gpu"] == "a100_80gb" and 0 < compute["gpu_hours"] < compute["full_gpu_hours_est"]
+    assert all(0 < c["gpu_hours"] < c["full_gpu_hours_est"] for c in cells)
     lengths = {(r["scope"], r["name"]): r for r in result.adaptive["adaptive_lengths"].to_pylist()}
     assert lengths[("task", "ruler/vt")]["decided"] and lengths[("task", "ruler/vt")]["effective_length"] is None
     assert ("group", "retrieval") in lengths and ("group", "all") in lengths
@@ -112,3 +115,41 @@ def test_terminal_view_shows_decisions_intervals_and_compute():
     text = console.export_text()
     assert "above 50*" in text and "open 500" in text
     assert "undecided, between 4K and 8K" in text and "(5.0 %)" in text
+
+
+@pytest.mark.engine
+def test_a_run_killed_mid_round_resumes_without_redoing_work_and_decides_the_same(tmp_path, tiny_model_path):
+    """kill -9 of the driver and its Ray processes while a round infers; the rerun finishes that round, runs the
+    rest, and ends where an uninterrupted run ends, with no instance inferred twice."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from longeval.pipeline import run
+    from tests.cli_subprocess import REPO
+
+    reference = run(_cfg(tmp_path / "whole")).adaptive["adaptive"]
+    argv = [*TINY, f"store.root={tmp_path / 'crash'}", "run_name=crash"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "longeval.cli", "run", *argv], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    root = RunRoot(str(tmp_path / "crash" / "crash"))
+    predictions = Path(root.uri) / "predictions"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (predictions.is_dir() and any(predictions.glob("*.parquet"))):
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    shards = {p.name: p.stat().st_mtime_ns for p in (Path(root.uri) / "instances").glob("*.parquet")}
+    before = root.read_stage("predictions", PREDICTION_SCHEMA, columns=["instance_id"]).num_rows
+    assert shards and before > 0
+
+    resumed = run(_cfg(tmp_path / "crash", "run_name=crash")).adaptive["adaptive"]
+    assert resumed.drop_columns(["tokens", "full_tokens_est", "gpu_hours", "full_gpu_hours_est"]).equals(
+        reference.drop_columns(["tokens", "full_tokens_est", "gpu_hours", "full_gpu_hours_est"]))
+    ids = root.read_stage("predictions", PREDICTION_SCHEMA, columns=["instance_id"])["instance_id"].to_pylist()
+    assert len(ids) == len(set(ids)) == 24  # every instance inferred once: none lost, none redone
+    assert {n: (Path(root.uri) / "instances" / n).stat().st_mtime_ns for n in shards} == shards  # not rewritten

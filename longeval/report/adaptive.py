@@ -45,6 +45,8 @@ def render_adaptive(cells: pa.Table, lengths: pa.Table, compute: dict) -> Group:
     spent = (f"{compute['instances']:,}/{compute['full_instances']:,} instances, {compute['tokens']:,} tokens of "
              f"~{compute['full_tokens_est']:,} for the full sweep"
              + (f" ({100 * share:.1f} %)" if share is not None else "")
+             + (f"; ~{compute['gpu_hours']:.3g} of ~{compute['full_gpu_hours_est']:.3g} GPU-hours on "
+                f"{compute['gpu']} (longeval.cost's estimate)" if compute.get("gpu_hours") is not None else "")
              + f"; {compute['decided_early']}/{compute['cells']} cells decided early at "
              f"{100 * compute['confidence']:.0f} % confidence")
     return Group(table, Text("effective length: " + " · ".join(lines)), Text("compute: " + spent))
