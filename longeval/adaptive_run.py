@@ -28,9 +28,9 @@ from longeval.adaptive import (
     next_round,
     skill_group,
 )
-from longeval.capacity import find_model_arch, get_gpu, kv_cache_tokens, plan_bucket
+from longeval.capacity import find_model_arch
 from longeval.config import Config
-from longeval.cost import DEFAULT_GPU, Cost, call_cost
+from longeval.cost import DEFAULT_GPU, Cost, call_cost, replica_shape
 from longeval.errors import ConfigError
 from longeval.infer import infer
 from longeval.pipeline import generate, score
@@ -99,14 +99,12 @@ def gpu_hours(cfg: Config, cells: Mapping[tuple[str, int], Cell]) -> tuple[str, 
         return None
     gpu = cfg.cluster.gpu or DEFAULT_GPU
     out = {}
-    placements: dict[int, tuple[int, int | None]] = {}
+    shapes: dict[int, tuple[int, int | None]] = {}
     for (task, length), cell in cells.items():
-        if length not in placements:
-            placement = plan_bucket(arch, get_gpu(gpu), model=cfg.model, max_model_len=length,
-                                    num_gpus=cfg.cluster.num_gpus or cfg.cluster.gpus_per_node,
-                                    gpus_per_node=cfg.cluster.gpus_per_node)
-            placements[length] = (placement.tensor_parallel_size, kv_cache_tokens(cfg.model, placement=placement))
-        tp, kv = placements[length]
+        if length not in shapes:
+            shapes[length] = replica_shape(arch, gpu, cfg.model, length, gpus_per_node=cfg.cluster.gpus_per_node,
+                                           num_gpus=cfg.cluster.num_gpus or cfg.cluster.gpus_per_node)
+        tp, kv = shapes[length]
         total = Cost()
         for p, o in zip(cell.prompt_tokens.astype(int).tolist(), cell.output_tokens.astype(int).tolist(), strict=True):
             total += call_cost(arch, gpu, prompt_tokens=p, output_tokens=o, tensor_parallel_size=tp, kv_cache_tokens=kv)

@@ -190,6 +190,28 @@ def cmd_plan(overrides: list[str]) -> None:
         if over:
             console.print(f"  lengths {over} exceed the model's max_model_len: recorded as prompt_too_long "
                           f"(suite.allow_too_long)")
+    if arch is not None:
+        _print_gpu_hours(cfg, arch, groups)
+
+
+def _print_gpu_hours(cfg, arch, groups: dict) -> None:
+    """The sweep's GPU-hours by longeval.cost's roofline model, every prompt at its full length budget."""
+    from longeval.cost import DEFAULT_GPU, Cost, call_cost, replica_shape
+    from longeval.tasks import get_task
+
+    gpu = cfg.cluster.gpu or DEFAULT_GPU
+    total = Cost()
+    for (task, length), shards in groups.items():
+        budget = get_task(task, cfg.suite.params).max_new_tokens
+        tp, kv = replica_shape(arch, gpu, cfg.model, length, gpus_per_node=cfg.cluster.gpus_per_node,
+                               num_gpus=cfg.cluster.num_gpus or cfg.cluster.gpus_per_node)
+        one = call_cost(arch, gpu, prompt_tokens=max(1, length - budget), output_tokens=budget,
+                        tensor_parallel_size=tp, kv_cache_tokens=kv)
+        calls = sum(s.stop - s.start for s in shards)
+        total += Cost(one.prefill_s * calls, one.decode_s * calls)
+    console.print(f"estimated GPU time on {gpu}: {total.gpu_hours:,.2f} GPU-hours ({total.prefill_s / 3600:,.2f} "
+                  f"prefill, {total.decode_s / 3600:,.2f} decode), every prompt at its length and full output "
+                  "budget (longeval.cost: a roofline estimate, good to about 1.5x)")
 
 
 def cmd_models(args: argparse.Namespace) -> None:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longeval.capacity import ModelArch
+from longeval.capacity import ModelArch, get_gpu, kv_cache_tokens, plan_bucket
+from longeval.config import ModelConfig
 
 PREFILL_MFU = 0.5
 DECODE_BANDWIDTH = 0.7
@@ -91,3 +92,11 @@ def call_cost(arch: ModelArch, gpu: str, *, prompt_tokens: int, output_tokens: i
     compute_s = (2 * params + 4 * attn_width * mean_context) / (flops_s * DECODE_MFU)
     decode = output_tokens * max(read_s, compute_s)
     return Cost(prefill_s=prefill * tp, decode_s=decode * tp)
+
+
+def replica_shape(arch: ModelArch, gpu: str, model: ModelConfig, length: int, *, num_gpus: int,
+                  gpus_per_node: int) -> tuple[int, int | None]:
+    """The tensor-parallel size and KV-cache tokens the planner gives a replica for sequences of `length`."""
+    placement = plan_bucket(arch, get_gpu(gpu), model=model, max_model_len=length, num_gpus=num_gpus,
+                            gpus_per_node=gpus_per_node)
+    return placement.tensor_parallel_size, kv_cache_tokens(model, placement=placement)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from longeval.cli import main
@@ -24,6 +26,18 @@ def test_plan_prints_shards_and_pools_without_running(capsys, tmp_path, smollm2_
     # The planned sequences are 4,096 (half) and 131,072 (never sent): 46,592 // 4,096 = 11.
     assert "KV cache 46,592 tokens per replica, max_num_seqs 11 (sized from the suite lengths" in text
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_plan_estimates_gpu_hours_and_they_grow_with_length(capsys, tmp_path):
+    hours = []
+    for lengths in ("[4096]", "[131072]"):
+        code, text = _run(capsys, "plan", "model=llama31_8b", "cluster.gpu=a100_80gb", "cluster.num_gpus=8",
+                          "suite=ruler", "suite.tasks=[vt]", f"suite.lengths={lengths}", f"store.root={tmp_path}")
+        assert code == 0, text
+        found = re.search(r"estimated GPU time on a100_80gb: ([\d,.]+) GPU-hours", text)
+        assert found, text
+        hours.append(float(found.group(1).replace(",", "")))
+    assert hours[0] > 0 and hours[1] > 32 * hours[0]  # one 128K prompt costs more than 32 of 4K
 
 
 def test_plan_refuses_a_length_beyond_max_model_len(capsys, tmp_path):
