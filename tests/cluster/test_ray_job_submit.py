@@ -70,3 +70,26 @@ def test_the_scripts_exit_code_is_the_jobs(tmp_path):
     assert "unknown task 'niah_single_9'" in log
     assert "finished with exit code 2" in log
     assert not any(tmp_path.iterdir())  # failed before writing anything
+
+
+def test_an_adaptive_run_with_a_pool_per_length_bucket_runs_as_a_job(tiny_model_path, tmp_path):
+    """Issue #15: adaptive rounds are the pipeline's own stages, so they run under `ray job submit` and feed one
+    engine pool per length bucket like a full sweep."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    store = tmp_path / "runs"
+    overrides = ["model=tiny_random", "suite=quick", "suite.tasks=[niah_single_1]", "suite.lengths=[1024,2048]",
+                 "suite.samples=6", "suite.shard_size=3", "model.max_num_seqs=2", "suite.adaptive=true",
+                 "cluster.bucket_edges=[1024]", f"store.root={store}", "run_name=adaptive"]
+    result, _, _ = _run_on_loopback_cluster(overrides)
+    log = result.stdout
+    assert result.returncode == 0, log[-5000:]
+    root = store / "adaptive"
+    cells = json.loads((root / "adaptive.json").read_text())["cells"]
+    # the tiny model scores 0: each cell is decided below after its second round of 3, before the cap of 6
+    assert [(c["target_length"], c["decision"], c["instances"]) for c in cells] == [(1024, "below", 6),
+                                                                                  (2048, "below", 6)], cells
+    replicas = pq.read_table(root / "predictions", columns=["replica"])["replica"].to_pylist()
+    assert {r.split("/")[0] for r in replicas} == {"pool0", "pool1"}  # one pool per bucket, in every round
