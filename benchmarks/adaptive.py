@@ -11,9 +11,11 @@ of `--round` instances for every undecided cell, decisions from the confidence s
 above a task's first failed length, until no cell is open or every open one reached the cell's full count (the
 cap). Printed per profile (or per task of a run root): how often the adaptive effective length equals the full
 sweep's, how often it is reported undecided, how often it is wrong, and the share of the full sweep's tokens
-spent. Tokens are target_length x instances for the synthetic profiles, and each instance's input + output
-tokens for a run root. Targets (printed, not asserted): >= 95 % same effective length for <= 10 % of the tokens
-on profiles not near the threshold; near it, undecided rather than wrong.
+spent, and for the synthetic profiles the share of GPU-hours (longeval.cost: Llama-3.1-8B on an A100 80GB,
+whose attention makes long cells dearer per token). Tokens are target_length x instances for the synthetic
+profiles, and each instance's input + output tokens for a run root. Targets (printed, not asserted): >= 95 %
+same effective length for <= 10 % of the tokens on profiles not near the threshold; near it, undecided rather
+than wrong.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Outcome:
     effective: dict[str, int | None]
     tokens: float
     instances: int
+    gpu_seconds: float = 0.0
 
 
 def full_effective(cells: Mapping[tuple[str, int], np.ndarray], threshold: float) -> dict[str, int]:
@@ -52,7 +55,7 @@ def full_effective(cells: Mapping[tuple[str, int], np.ndarray], threshold: float
 
 
 def replay(cells: Mapping[tuple[str, int], np.ndarray], tokens: Mapping[tuple[str, int], np.ndarray],
-           settings, rng: np.random.Generator) -> Outcome:
+           settings, rng: np.random.Generator, costs: Mapping[tuple[str, int], float] | None = None) -> Outcome:
     """One adaptive run over the cells' instances in a random order."""
     from longeval.adaptive import assess, effective_length, next_round
 
@@ -71,16 +74,22 @@ def replay(cells: Mapping[tuple[str, int], np.ndarray], tokens: Mapping[tuple[st
         eff = effective_length({s.length: s.decision for s in states if s.task == task})
         effective[task] = eff.value
     spent = sum(float(tokens[k][order[k][:used[k]]].sum()) for k in cells)
-    return Outcome(effective=effective, tokens=spent, instances=sum(used.values()))
+    seconds = sum(costs[k] * used[k] for k in cells) if costs else 0.0
+    return Outcome(effective=effective, tokens=spent, instances=sum(used.values()), gpu_seconds=seconds)
 
 
-def evaluate(name: str, cells, tokens, settings, *, replays: int, seed: int) -> list[str]:
-    """Replays of one set of cells; one printed line per task."""
+def evaluate(name: str, cells, tokens, settings, *, replays: int, seed: int,
+             costs: Mapping[tuple[str, int], float] | None = None) -> list[str]:
+    """Replays of one set of cells; one printed line per task. `costs`: GPU-seconds of one instance per cell."""
     full = full_effective(cells, settings.threshold)
     total = sum(float(t.sum()) for t in tokens.values())
     rng = np.random.default_rng(seed)
-    outcomes = [replay(cells, tokens, settings, rng) for _ in range(replays)]
+    outcomes = [replay(cells, tokens, settings, rng, costs) for _ in range(replays)]
     share = np.array([o.tokens / total for o in outcomes])
+    gpu = ""
+    if costs:
+        full_seconds = sum(costs[k] * len(v) for k, v in cells.items())
+        gpu = f" {100 * np.mean([o.gpu_seconds / full_seconds for o in outcomes]):7.1f}"
     lines = []
     for task, want in full.items():
         got = [o.effective[task] for o in outcomes]
@@ -88,8 +97,27 @@ def evaluate(name: str, cells, tokens, settings, *, replays: int, seed: int) -> 
         undecided = np.mean([g is None for g in got])
         wrong = 1 - same - undecided
         lines.append(f"{name:<24} {task:<22} {want:>7} {100 * same:6.1f} {100 * undecided:6.1f} {100 * wrong:6.1f}"
-                     f" {100 * share.mean():7.1f} {100 * share.max():7.1f}")
+                     f" {100 * share.mean():7.1f} {100 * share.max():7.1f}{gpu}")
     return lines
+
+
+def synthetic_costs(output_tokens: int = 32) -> dict[tuple[str, int], float]:
+    """GPU-seconds of one synthetic instance per length: Llama-3.1-8B on an A100 80GB (longeval.cost), a prompt
+    of the whole length, batched as the planner would."""
+    from longeval.capacity import ModelArch
+    from longeval.config import ModelConfig
+    from longeval.cost import call_cost, replica_shape
+
+    arch = ModelArch(num_hidden_layers=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=131072,
+                     num_attention_heads=32, hidden_size=4096, intermediate_size=14336, vocab_size=128256)
+    model = ModelConfig(max_model_len=131072)
+    out = {}
+    for n in LENGTHS:
+        tp, kv = replica_shape(arch, "a100_80gb", model, n, num_gpus=8, gpus_per_node=8)
+        out[("synthetic", n)] = call_cost(arch, "a100_80gb", prompt_tokens=n - output_tokens,
+                                          output_tokens=output_tokens, tensor_parallel_size=tp,
+                                          kv_cache_tokens=kv).gpu_seconds
+    return out
 
 
 def synthetic(values: tuple[float, ...], samples: int, seed: int):
@@ -115,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
 
     print(f"replays {args.replays}, round {args.round}, confidence {args.confidence}, threshold {args.threshold}")
     print(f"{'profile':<24} {'task':<22} {'full EL':>7} {'same%':>6} {'undec%':>6} {'wrong%':>6}"
-          f" {'tokens%':>7} {'max%':>7}")
+          f" {'tokens%':>7} {'max%':>7}" + ("" if args.root else f" {'GPU-h%':>7}"))
     if args.root:
         from longeval.adaptive_run import read_cells
         from longeval.store import RunRoot
@@ -132,9 +160,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     settings = Settings(threshold=args.threshold / 100, alpha=1 - args.confidence, round_size=args.round,
                         cap=args.samples, intervals=False)
+    costs = synthetic_costs()
     for i, (name, (values, _near)) in enumerate(PROFILES.items()):
         cells, tokens = synthetic(values, args.samples, args.seed + i)
-        for line in evaluate(name, cells, tokens, settings, replays=args.replays, seed=args.seed + i):
+        for line in evaluate(name, cells, tokens, settings, replays=args.replays, seed=args.seed + i, costs=costs):
             print(line)
 
 
