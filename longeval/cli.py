@@ -95,9 +95,10 @@ def cmd_run(overrides: list[str], stages: tuple[str, ...]) -> None:
     console.print(f"[bold]longeval[/] {' '.join(stages)}: model {cfg.model.name}, suite {cfg.suite.name} "
                   f"({len(cfg.suite.tasks)} tasks x {len(cfg.suite.lengths)} lengths x {cfg.suite.samples} samples)"
                   f" -> {cfg.run_root}")
-    with interrupt.watch(), _progress() as progress:
-        result = run(cfg, stages=stages, progress=progress)
-    interrupt.check()  # a Ctrl-C that a library swallowed still ends the run as interrupted
+    with interrupt.watch():
+        with _progress() as progress:
+            result = run(cfg, stages=stages, progress=progress)
+        interrupt.check()  # a Ctrl-C that a library swallowed still ends the run as interrupted
     if "report" in stages:
         _print_results(result)
     else:

@@ -30,7 +30,8 @@ def check() -> None:
 
 @contextmanager
 def watch() -> Iterator[None]:
-    """Record every SIGINT while the block runs (main thread only; elsewhere a no-op)."""
+    """Record every SIGINT while the block runs (main thread only; elsewhere a no-op); `check()` inside the block
+    raises for it."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -64,6 +65,7 @@ def watch() -> Iterator[None]:
     try:
         yield
     finally:
+        _seen.clear()  # a Ctrl-C belongs to the block it ended: later work in this process runs normally
         stop.set()
         signal.set_wakeup_fd(previous_fd)
         signal.signal(signal.SIGINT, previous_handler)
