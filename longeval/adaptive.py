@@ -44,7 +44,6 @@ __all__ = [
     "group_effective_length",
     "interval",
     "next_round",
-    "skill_group",
 ]
 
 ABOVE = "above"
@@ -269,15 +268,3 @@ def group_effective_length(cells: Mapping[tuple[str, int], Sequence[float]], sta
             decision = PRESUMED_BELOW
         rows.append(GroupLength(length=length, mean=mean, low=low, high=high, decision=decision))
     return rows, effective_length({r.length: r.decision for r in rows})
-
-
-RULER_GROUPS = {"vt": "multi-hop tracking", "cwe": "aggregation", "fwe": "aggregation", "qa_1": "QA", "qa_2": "QA"}
-"""RULER's task categories (its §3); every niah_* task is retrieval."""
-
-
-def skill_group(task: str) -> str:
-    """RULER's skill group of a task key (`ruler/vt` -> multi-hop tracking); other families group by family."""
-    family, _, name = task.partition("/")
-    if family != "ruler":
-        return family
-    return "retrieval" if name.startswith("niah") else RULER_GROUPS.get(name, "other")

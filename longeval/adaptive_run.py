@@ -26,7 +26,6 @@ from longeval.adaptive import (
     effective_length,
     group_effective_length,
     next_round,
-    skill_group,
 )
 from longeval.capacity import find_model_arch
 from longeval.config import Config
@@ -37,6 +36,7 @@ from longeval.pipeline import generate, score
 from longeval.plan import Plan, ShardSpec, make_plan, samples_per_length
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
 from longeval.store import RunRoot
+from longeval.tasks import skill_group
 
 log = logging.getLogger(__name__)
 

@@ -52,26 +52,20 @@ def _progress() -> Progress:
 
 
 def _print_results(result) -> None:
-    from longeval.report.table import render_breakdown, render_errors, render_heatmap, render_ladder, render_results
+    from longeval.report.table import render_errors, render_results
+    from longeval.tasks import FAMILIES
 
     status = result.status or {}
     if result.summary is not None and result.summary.num_rows:
         console.print(render_results(result.summary, result.lengths, result.headline,
                                      incomplete=bool(status) and not status["complete"]))
-    if result.ladder is not None and result.ladder.num_rows:
-        console.print(render_ladder(result.ladder))
     if result.errors is not None and result.errors.num_rows:
         console.print(render_errors(result.errors))
-    if result.breakdown is not None and result.breakdown.num_rows:
-        console.print(render_breakdown(result.breakdown))
-    if result.tail_grid is not None and result.tail_grid.num_rows:
-        console.print(render_heatmap(result.tail_grid))
-        for row in result.tail.to_pylist():
-            console.print(f"TAIL {row['model_id']}: Avg {row['avg']:.2f} · wAvg(inc) {row['wavg_inc']:.2f} · "
-                          f"wAvg(dec) {row['wavg_dec']:.2f} · {row['longest']}/{row['shortest']} ratio {row['ratio']}")
-    if result.chance is not None and result.chance.num_rows:
-        console.print("chance rates, what guessing scores (ours / the paper's Appendix B): " + ", ".join(
-            f"{r['task']} {r['chance']:.1f} / {r['paper']:.1f}" for r in result.chance.to_pylist()))
+    for family in FAMILIES.values():  # each family's own tables (SYNC's ladder, LongBench v2's Table 2, ...)
+        for declared in family.tables:
+            table = result.tables.get(declared.name)
+            if declared.render is not None and table is not None and table.num_rows:
+                console.print(declared.render(table))
     if getattr(result, "adaptive", None):
         from longeval.report.adaptive import render_adaptive
 

@@ -378,17 +378,16 @@ def _check(cfg: Config) -> None:
         if length < 256:
             raise ConfigError(f"suite.lengths has {length}; lengths are in tokens and must be at least 256")
     if cfg.suite.subsets:
-        from longeval.tasks.michelangelo.stratify import SUBSETS
+        from longeval.tasks import sampling
 
-        unknown = [s for s in cfg.suite.subsets if s.lower() not in SUBSETS]
+        choices = sampling().choices if sampling() else ()
+        unknown = [s for s in cfg.suite.subsets if s.lower() not in choices]
         if unknown:
-            raise ConfigError(f"suite.subsets has {', '.join(map(repr, unknown))}; choices: {', '.join(SUBSETS)}")
+            raise ConfigError(f"suite.subsets has {', '.join(map(repr, unknown))}; choices: {', '.join(choices)}")
     from longeval.text.render import prompt_format
 
     prompt_format(cfg.model)  # names a wrong prompt_format, ruler_template or a system prompt RULER cannot hold
     if cfg.model.engine == "openai":
-        from longeval.engines.openai_compat import check_api
-
         check_api(cfg.model)
     elif cfg.model.engine != "vllm":
         raise ConfigError(f"model.engine={cfg.model.engine!r}; choices: vllm, openai")
@@ -415,6 +414,23 @@ URL_USERINFO = re.compile(r"([a-z][a-z0-9+.-]*://)[^/@\s]+@", re.IGNORECASE)
 """`scheme://user:password@host`: the user info of a URL is a credential wherever it appears."""
 MIN_SECRET_CHARS = 6
 """Shorter values of secret-named settings are not scrubbed from other text (they would hit ordinary words)."""
+
+
+def check_api(model: ModelConfig) -> None:
+    """Fail before any work when the API settings cannot work, naming the fix (the OpenAI engine checks again)."""
+    api = model.api
+    if not api.base_url:
+        raise ConfigError("model.engine=openai needs model.api.base_url, e.g. model.api.base_url=http://host:8000/v1")
+    if api.mode not in ("chat", "completions"):
+        raise ConfigError(f"model.api.mode={api.mode!r}; choices: chat, completions")
+    if api.mode == "chat" and model.chat_template:
+        raise ConfigError(
+            "model.api.mode=chat sends the task text as a chat message and the server applies its own template; "
+            "render instances without ours: set model.chat_template=false (or use model.api.mode=completions, "
+            "which sends the exact token ids)"
+        )
+    if api.concurrency < 1:
+        raise ConfigError("model.api.concurrency must be at least 1")
 
 
 def redact(values: dict[str, Any], secrets: list[str] | None = None) -> dict[str, Any]:

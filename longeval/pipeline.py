@@ -14,19 +14,20 @@ import os
 import platform
 import tempfile
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from longeval import __version__, interrupt
-from longeval.aggregate import cumulative, error_table, headline, ladder, length_table, summarise
+from longeval.aggregate import cumulative, error_table, headline, length_table, summarise
 from longeval.config import Config, to_yaml
 from longeval.infer import infer, pending_predictions
 from longeval.plan import Plan, ShardSpec, in_plan, make_plan
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
 from longeval.store import RunRoot
+from longeval.tasks import FAMILIES, sampling
 
 log = logging.getLogger(__name__)
 
@@ -39,21 +40,30 @@ known/unknown answers."""
 @dataclass
 class RunResult:
     root: str
-    summary: pa.Table | None
-    lengths: pa.Table | None
-    headline: pa.Table | None
-    errors: pa.Table | None = None
-    ladder: pa.Table | None = None
-    chance: pa.Table | None = None
-    breakdown: pa.Table | None = None
-    tail: pa.Table | None = None
-    tail_grid: pa.Table | None = None
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    """The summary tables by name (`summary/<name>`): the common ones and those the suite's families declare."""
     status: dict | None = None
     """`run_status`: whether every planned shard and every instance's prediction is there."""
     tracking: str | None = None
     """Where the W&B run went (`tracking=wandb`), for the end of the output."""
     adaptive: dict | None = None
     """`suite.adaptive`: the per-cell and effective-length tables and the compute spent (longeval.adaptive_run)."""
+
+    @property
+    def summary(self) -> pa.Table | None:
+        return self.tables.get("tasks")
+
+    @property
+    def lengths(self) -> pa.Table | None:
+        return self.tables.get("lengths")
+
+    @property
+    def headline(self) -> pa.Table | None:
+        return self.tables.get("headline")
+
+    @property
+    def errors(self) -> pa.Table | None:
+        return self.tables.get("errors")
 
 
 # -- generate ---------------------------------------------------------------------------------------
@@ -187,8 +197,9 @@ class Scorer:
 
     def __init__(self, timeout_s: float, plugins: list[str]) -> None:
         from longeval.scoring.deadline import DeadlineScorer
+        from longeval.tasks import judge_for
 
-        self.scorer = DeadlineScorer(timeout_s, plugins)
+        self.scorer = DeadlineScorer(timeout_s, judge_for, plugins)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         return pa.Table.from_pylist(self.scorer.score_rows(batch.to_pylist()), schema=SCORE_SCHEMA)
@@ -316,32 +327,20 @@ def report(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> RunRes
     summary = summarise(scores)
     lengths = length_table(summary, scores=scores)
     head = headline(lengths, threshold=cfg.suite.effective_threshold, scores=scores)
-    weights = None
-    if cfg.suite.subsets:  # Michelangelo's stacked subsets: each length weighs 1 / (subsets containing it)
-        from longeval.tasks.michelangelo.stratify import stacked_weights
-
-        weights = stacked_weights(cfg.suite.lengths, cfg.suite.subsets)
+    scheme = sampling()
+    weights = scheme.weights(cfg.suite.lengths, cfg.suite.subsets) if cfg.suite.subsets and scheme else None
     curve = cumulative(scores, weights)
     errors = error_table(scores)
     tables = {"tasks": summary, "lengths": lengths, "headline": head, "cumulative": curve, "errors": errors}
-    families = set(summary["family"].to_pylist())
     if "complexity" in scores.column_names:
         labelled = scores.filter(pc.not_equal(pc.fill_null(scores["complexity"], ""), ""))
         if labelled.num_rows:
             tables["slices"] = summarise(labelled, by=SLICE_BY)
-    if "sync" in families:
-        from longeval.tasks.sync import LADDER
-
-        tables["sync_ladder"] = ladder(summary, LADDER)
-    if "longbench_v2" in families:
-        tables["longbench_v2"] = longbench_breakdown(root, scores)
-    if "tail" in families:
-        tables["tail_grid"], tables["tail_headline"] = tail_tables(root, scores)
-    if "michelangelo" in families:
-        from longeval.tasks.michelangelo.chance import chance_table
-
-        tables["chance"] = chance_table(sorted(set(summary.filter(
-            pc.equal(summary["family"], "michelangelo"))["task"].to_pylist())))
+    present = set(summary["family"].to_pylist())
+    for family in FAMILIES.values():
+        if family.name in present and family.tables:
+            rows = rows_with_meta(root, scores, family.name)
+            tables.update({table.name: table.build(summary, rows) for table in family.tables})
     for name, table in tables.items():
         root.write_table("summary", name, table)
         sink = pa.BufferOutputStream()
@@ -350,10 +349,7 @@ def report(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> RunRes
     root.write_json("summary.json", {name: table.to_pylist() for name, table in tables.items()})
     status = run_status(cfg, root)
     root.write_json("status.json", status)
-    return RunResult(root=root.uri, summary=summary, lengths=lengths, headline=head, errors=errors,
-                     ladder=tables.get("sync_ladder"), chance=tables.get("chance"),
-                     breakdown=tables.get("longbench_v2"), tail=tables.get("tail_headline"),
-                     tail_grid=tables.get("tail_grid"), status=status)
+    return RunResult(root=root.uri, tables=tables, status=status)
 
 
 def run_status(cfg: Config, root: RunRoot) -> dict:
@@ -383,44 +379,6 @@ def rows_with_meta(root: RunRoot, scores: pa.Table, family: str) -> dict[str, li
     for row in scores.filter(pc.equal(scores["family"], family)).to_pylist():
         rows.setdefault(row["model_id"], []).append({**row, "meta": meta.get(row["instance_id"], "{}")})
     return dict(sorted(rows.items()))
-
-
-def longbench_breakdown(root: RunRoot, scores: pa.Table) -> pa.Table:
-    """LongBench v2's Table 2 per model: overall, easy/hard, short/medium/long and per domain, with the
-    compensated accuracy of its Table 5; the item fields come from the instances' meta."""
-    from longeval.tasks.longbench_v2 import breakdown
-
-    out = [{"model_id": model_id, **entry}
-           for model_id, rows in rows_with_meta(root, scores, "longbench_v2").items() for entry in breakdown(rows)]
-    return pa.Table.from_pylist(out, schema=pa.schema([
-        ("model_id", pa.string()), ("split", pa.string()), ("group", pa.string()), ("n", pa.int64()),
-        ("accuracy", pa.float64()), ("compensated_accuracy", pa.float64()), ("invalid_rate", pa.float64())]))
-
-
-def tail_tables(root: RunRoot, scores: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """TAIL's accuracy per (length, depth) — the heatmap of its Figure 5 — and per model its Table 2 numbers:
-    Avg, wAvg(inc), wAvg(dec) over the lengths and the longest/shortest ratio (per-length accuracy is the
-    task's row of `summary/tasks`), with how many answers went to the judge and how many it mapped."""
-    from longeval.tasks.tail import accuracy_grid, length_summary
-
-    grid, head = [], []
-    for model_id, rows in rows_with_meta(root, scores, "tail").items():
-        grid += [{"model_id": model_id, "target_length": c.target_length, "depth": c.depth, "n": c.n,
-                  "accuracy": c.accuracy} for c in accuracy_grid(rows)]
-        summary = length_summary(rows)
-        judged = [r for r in rows if json.loads(r["meta"] or "{}").get("mapped_by") == "judge"]
-        head.append({"model_id": model_id, "shortest": summary.lengths[0] if summary.lengths else None,
-                     "longest": summary.lengths[-1] if summary.lengths else None, "avg": summary.avg,
-                     "wavg_inc": summary.wavg_inc, "wavg_dec": summary.wavg_dec, "ratio": summary.ratio,
-                     "answers": len(rows), "judged": len(judged),
-                     "judge_mapped": sum(1 for r in judged if r["error_type"] != "unmapped")})
-    return (pa.Table.from_pylist(grid, schema=pa.schema([
-                ("model_id", pa.string()), ("target_length", pa.int64()), ("depth", pa.float64()),
-                ("n", pa.int64()), ("accuracy", pa.float64())])),
-            pa.Table.from_pylist(head, schema=pa.schema([
-                ("model_id", pa.string()), ("shortest", pa.int64()), ("longest", pa.int64()), ("avg", pa.float64()),
-                ("wavg_inc", pa.float64()), ("wavg_dec", pa.float64()), ("ratio", pa.float64()),
-                ("answers", pa.int64()), ("judged", pa.int64()), ("judge_mapped", pa.int64())])))
 
 
 # -- provenance -------------------------------------------------------------------------------------
@@ -587,7 +545,7 @@ def run(cfg: Config, *, stages: Iterable[str] = STAGES, progress=None) -> RunRes
                 result.adaptive = write_adaptive(cfg, root, scores)
             tracker.log_results()
         else:
-            result = RunResult(root=root.uri, summary=None, lengths=None, headline=None)
+            result = RunResult(root=root.uri)
     except BaseException:
         tracker.finish(failed=True)
         raise

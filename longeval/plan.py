@@ -25,7 +25,7 @@ from longeval.capacity import (
 )
 from longeval.config import Config, ModelConfig
 from longeval.errors import ConfigError
-from longeval.tasks import get_task
+from longeval.tasks import get_task, sampling
 
 
 @dataclass(frozen=True)
@@ -148,13 +148,13 @@ def check_lengths(cfg: Config) -> None:
 
 
 def samples_per_length(cfg: Config) -> dict[int, int]:
-    """`suite.samples` at every length, or the stacked subsets' counts (Michelangelo §3.2)."""
+    """`suite.samples` at every length, or the counts of the family that defines `suite.subsets`
+    (Michelangelo's stacked subsets, §3.2)."""
     lengths = sorted(set(cfg.suite.lengths))
-    if not cfg.suite.subsets:
+    scheme = sampling()
+    if not cfg.suite.subsets or scheme is None:
         return {n: cfg.suite.samples for n in lengths}
-    from longeval.tasks.michelangelo.stratify import stacked_counts
-
-    return dict(sorted(stacked_counts(lengths, cfg.suite.subsets, cfg.suite.samples).items()))
+    return dict(sorted(scheme.counts(lengths, cfg.suite.subsets, cfg.suite.samples).items()))
 
 
 def make_pools(cfg: Config) -> list[Pool]:

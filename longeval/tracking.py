@@ -41,6 +41,7 @@ from longeval.aggregate import EFFECTIVE_LENGTH_THRESHOLD, headline, length_tabl
 from longeval.config import Config, redact, to_yaml
 from longeval.errors import LongevalError
 from longeval.store import RunRoot
+from longeval.tasks import FAMILIES
 
 __all__ = [
     "COUNT_METRICS",
@@ -110,7 +111,8 @@ INSTANCE_COLUMNS = ("instance_id", "target_length", "depth", "complexity", "inpu
                     "output_tokens")
 """Columns of the per-task instance tables (instances, predictions and scores joined by instance_id)."""
 
-RESULT_TABLES = ("headline", "lengths", "errors", "sync_ladder", "longbench_v2", "tail_headline", "chance",
+RESULT_TABLES = ("headline", "lengths", "errors",
+                 *(t.name for f in FAMILIES.values() for t in f.tables if t.log),
                  "adaptive", "adaptive_lengths")
 """Small summary tables also logged as W&B tables (the per-family views of the report)."""
 

@@ -17,8 +17,8 @@ from longeval.adaptive import (
     group_effective_length,
     interval,
     next_round,
-    skill_group,
 )
+from longeval.tasks import skill_group
 
 ALPHA = 0.05
 S = Settings(threshold=0.856, alpha=ALPHA, round_size=25, cap=500)

@@ -30,8 +30,7 @@ from typing import Any
 import pyarrow as pa
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from longeval.config import ApiConfig, ModelConfig, redact
-from longeval.errors import ConfigError
+from longeval.config import ApiConfig, ModelConfig, check_api, redact
 from longeval.records import PREDICTION_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -39,23 +38,6 @@ log = logging.getLogger(__name__)
 RETRY_STATUS = {408, 409, 429}
 _BACKOFF = wait_exponential(multiplier=0.5, max=30.0)
 MAX_RETRY_AFTER_S = 120.0
-
-
-def check_api(model: ModelConfig) -> None:
-    """Fail before any work when the API settings cannot work, naming the fix."""
-    api = model.api
-    if not api.base_url:
-        raise ConfigError("model.engine=openai needs model.api.base_url, e.g. model.api.base_url=http://host:8000/v1")
-    if api.mode not in ("chat", "completions"):
-        raise ConfigError(f"model.api.mode={api.mode!r}; choices: chat, completions")
-    if api.mode == "chat" and model.chat_template:
-        raise ConfigError(
-            "model.api.mode=chat sends the task text as a chat message and the server applies its own template; "
-            "render instances without ours: set model.chat_template=false (or use model.api.mode=completions, "
-            "which sends the exact token ids)"
-        )
-    if api.concurrency < 1:
-        raise ConfigError("model.api.concurrency must be at least 1")
 
 
 @dataclass

@@ -31,34 +31,16 @@ from longeval.errors import ConfigError, LongevalError
 from longeval.report import plots
 from longeval.report.runs import RunData, family_rows, has_rows
 from longeval.report.table import format_length
+from longeval.tasks import FAMILIES
 
 __all__ = ["Cell", "FigureBlock", "PairView", "ReportResult", "Row", "Section", "TableBlock", "TextBlock",
            "build_page", "comparison_sections", "family_sections", "leaderboard_section", "runs_section",
            "write_report"]
 
-FAMILY_ORDER = ("ruler", "sync", "michelangelo", "longbench_v2", "tail")
-FAMILY_NAMES = {"ruler": "RULER", "sync": "SYNC", "michelangelo": "Michelangelo", "longbench_v2": "LongBench v2",
-                "tail": "TAIL"}
-INTROS = {
-    "ruler": "Scores are RULER's string_match_all (NIAH, VT, CWE, FWE) or string_match_part (QA), ×100. The "
-             "per-task figure draws each task against length with its 95 % interval shaded; the dotted "
-             "line is the effective-length threshold. Compare with RULER's Table 3 and its per-task appendix.",
-    "sync": "The three tasks of a domain read the same contexts: retrieval (connected nodes, single-hop "
-            "translation), tracking (shortest path, multi-hop translation) and global (longest path, letter "
-            "coverage), so the fall from rung to rung at one length is the task's doing (SYNC §3.3). The error "
-            "types are the paper's Table 5.",
-    "michelangelo": "Michelangelo reports cumulative average scores: the mean over every instance of length up "
-                    "to L (solid lines, as in the paper's curves), beside the pointwise score at L (dashed). "
-                    "The dotted line is the task's chance rate (Appendix B, simulated on our generators): read "
-                    "scores against it, not against 0.",
-    "longbench_v2": "LongBench v2's Table 2: accuracy overall, by difficulty, by length bucket (short < 32k, "
-                    "medium 32k–128k, long > 128k words) and by domain. Compensated accuracy counts an "
-                    "unparseable answer as a 0.25 guess (its Table 5); chance is 25.",
-    "tail": "TAIL's Figure 5: accuracy by the depth of the evidence (rows) and the context length (columns); "
-            "its Table 2: Avg, wAvg(inc), wAvg(dec) and the longest/shortest ratio. TAIL weighs lengths by their "
-            "size (wAvg(inc) weights = the lengths), RULER by their rank (1..L), so the leaderboard's TAIL row and "
-            "TAIL Table 2 below give different wAvg for the same accuracies; quote Table 2 against the paper.",
-}
+FAMILY_ORDER = tuple(FAMILIES)
+FAMILY_NAMES = {name: family.title for name, family in FAMILIES.items()}
+INTROS = {name: family.intro for name, family in FAMILIES.items() if family.intro}
+"""What each family declares (`longeval.tasks.family.Family`): its order, title and the words above its section."""
 _MISSING = "–"
 
 

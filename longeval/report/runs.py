@@ -19,13 +19,15 @@ import pyarrow.parquet as pq
 from longeval.errors import StoreError
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
 from longeval.store import RunRoot
+from longeval.tasks import FAMILIES
 
 __all__ = ["SUMMARY_NAMES", "RunData", "family_rows", "has_rows", "instance_rows", "load_run", "load_scores",
            "provenance_pairs", "slug", "unique_labels"]
 
-SUMMARY_NAMES = ("tasks", "lengths", "headline", "cumulative", "errors", "slices", "sync_ladder", "longbench_v2",
-                 "tail_grid", "tail_headline", "chance")
-"""The summary tables `pipeline.report` writes, in the order a report reads them."""
+COMMON_SUMMARY_NAMES = ("tasks", "lengths", "headline", "cumulative", "errors", "slices")
+SUMMARY_NAMES = COMMON_SUMMARY_NAMES + tuple(t.name for f in FAMILIES.values() for t in f.tables)
+"""The summary tables `pipeline.report` writes, in the order a report reads them: the common ones, then those
+the families declare."""
 ADAPTIVE_SUMMARY_NAMES = ("adaptive", "adaptive_lengths")
 """Written besides them by an adaptive run (`longeval.adaptive_run`), read when present."""
 

@@ -7,12 +7,13 @@ labelled in `error_type`, so summaries count them instead of silently shrinking 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
 
 from longeval.errors import ConfigError, LongevalError
 from longeval.records import Instance, Prediction, Score
 from longeval.scoring.judgement import Judge, Judgement, wants_raw_output
 from longeval.scoring.string_match import (
+    judge_all,
+    judge_part,
     postprocess_prediction,
     string_match_all,
     string_match_part,
@@ -20,43 +21,30 @@ from longeval.scoring.string_match import (
 )
 
 __all__ = [
-    "METRICS",
     "Judge",
     "Judgement",
     "MAX_PARSED_ANSWER_CHARS",
     "score_prediction",
+    "judge_all",
+    "judge_part",
     "postprocess_prediction",
     "string_match_all",
     "string_match_part",
     "strip_reasoning",
 ]
 
-Metric = Callable[[str, Sequence[str]], float]
-
-METRICS: dict[str, Metric] = {
-    "string_match_all": string_match_all,
-    "string_match_part": string_match_part,
-}
-
 MAX_PARSED_ANSWER_CHARS = 2000
 """Parsed answers are kept for inspection only; a runaway generation should not bloat the score files."""
 
 
-def score_prediction(instance: Instance, prediction: Prediction) -> Score:
-    """Score one prediction against its instance; never raises on anything the model produced.
+def score_prediction(instance: Instance, prediction: Prediction, judge: Judge) -> Score:
+    """Score one prediction against its instance with its task's judge; never raises on anything the model
+    produced.
 
     Raises:
-        ConfigError: the instance names a metric that is not in `METRICS`, or its `meta` is not a JSON
-            object — both are faults of the generated data, not of the model.
+        ConfigError: the instance's `meta` is not a JSON object (a fault of the generated data, not the model).
         LongevalError: the prediction belongs to a different instance (a broken join upstream).
     """
-    metric = METRICS.get(instance.metric)
-    judge = None if metric else _judges().get(instance.metric)
-    if metric is None and judge is None:
-        raise ConfigError(
-            f"instance {instance.instance_id} uses unknown metric {instance.metric!r}; "
-            f"known: {', '.join(sorted([*METRICS, *_judges()]))}"
-        )
     if prediction.instance_id != instance.instance_id:
         raise LongevalError(
             f"prediction for {prediction.instance_id} was paired with instance {instance.instance_id}; "
@@ -69,7 +57,7 @@ def score_prediction(instance: Instance, prediction: Prediction) -> Score:
         # What an API's reasoning parser would return as the content: the text after </think>, trimmed
         # at the front (a raw-output grader must not lose every answer to the newline after the tag).
         output = strip_reasoning(output).lstrip()
-    raw = judge is not None and wants_raw_output(judge)
+    raw = wants_raw_output(judge)
     answer = output if raw else postprocess_prediction(output)
 
     if prediction.error.startswith("prompt_too_long"):
@@ -78,12 +66,10 @@ def score_prediction(instance: Instance, prediction: Prediction) -> Score:
         value, error_type = 0.0, "engine_error"
     elif not answer.strip():
         value, error_type = 0.0, "null"
-    elif judge is not None:
+    else:
         judgement = judge(answer, instance.references, meta)
         value, error_type = min(1.0, max(0.0, float(judgement.score))), judgement.error_type
         answer = judgement.parsed_answer
-    else:
-        value, error_type = metric(answer, instance.references), ""
 
     return Score(
         instance_id=instance.instance_id,
@@ -98,13 +84,6 @@ def score_prediction(instance: Instance, prediction: Prediction) -> Score:
         error_type=error_type,
         complexity=instance.complexity,
     )
-
-
-def _judges() -> dict[str, Judge]:
-    """Task-specific scorers that read the instance's meta (SYNC, Michelangelo), by metric name."""
-    from longeval.tasks import JUDGES
-
-    return JUDGES
 
 
 def _meta(instance: Instance) -> dict:

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing as mp
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
 from longeval.errors import LongevalError
 from longeval.records import Instance, Prediction, Score
+from longeval.scoring.judgement import Judge
+
+JudgeFor = Callable[[str, str], Judge]
+"""(family, task) -> the task's judge: `longeval.tasks.judge_for`, handed in so scoring knows no task (a
+module-level function, so the spawned child can unpickle it)."""
 
 __all__ = ["SCORER_TIMEOUT", "DeadlineScorer", "import_plugins", "timeout_score"]
 
@@ -25,7 +30,7 @@ _START_TIMEOUT_S = 120.0
 
 
 def import_plugins(modules: Sequence[str]) -> None:
-    """Import the `plugins` modules, which register tasks or judges (`longeval.tasks.JUDGES`)."""
+    """Import the `plugins` modules, which register families or tasks (`longeval.tasks.register`)."""
     from longeval.errors import ConfigError
 
     for name in modules:
@@ -46,7 +51,7 @@ def timeout_score(row: dict[str, Any]) -> dict[str, Any]:
                  complexity=instance.complexity).to_row()
 
 
-def _serve(conn: Connection, plugins: list[str]) -> None:
+def _serve(conn: Connection, plugins: list[str], judge_for: JudgeFor) -> None:
     """The child: import the plugins, then score every row it is sent, one answer per row."""
     from longeval.scoring import score_prediction
 
@@ -64,8 +69,9 @@ def _serve(conn: Connection, plugins: list[str]) -> None:
         for row in rows:
             try:
                 instance = Instance.from_row({**row, "prompt": "", "prompt_token_ids": []})
-                conn.send(("ok", score_prediction(instance, Prediction.from_row(row)).to_row()))
-            except LongevalError as exc:  # a data fault (unknown metric, broken meta): the run must stop
+                judge = judge_for(instance.family, instance.task)
+                conn.send(("ok", score_prediction(instance, Prediction.from_row(row), judge).to_row()))
+            except LongevalError as exc:  # a data fault (unknown task, broken meta): the run must stop
                 conn.send(("raise", exc))
                 break
 
@@ -75,11 +81,13 @@ class DeadlineScorer:
 
     Args:
         timeout_s: the deadline of one scorer call.
-        plugins: modules the child imports first (they may register judges).
+        judge_for: finds an instance's judge from its family and task.
+        plugins: modules the child imports first (they may register tasks).
     """
 
-    def __init__(self, timeout_s: float, plugins: Sequence[str] = ()) -> None:
+    def __init__(self, timeout_s: float, judge_for: JudgeFor, plugins: Sequence[str] = ()) -> None:
         self.timeout_s = timeout_s
+        self.judge_for = judge_for
         self.plugins = list(plugins)
         self._ctx = mp.get_context("spawn")  # no fork inside a threaded Ray worker
         self._proc: Any = None
@@ -88,7 +96,7 @@ class DeadlineScorer:
 
     def _start(self) -> Connection:
         parent, child = self._ctx.Pipe()
-        self._proc = self._ctx.Process(target=_serve, args=(child, self.plugins), daemon=True)
+        self._proc = self._ctx.Process(target=_serve, args=(child, self.plugins, self.judge_for), daemon=True)
         self._proc.start()
         child.close()
         self._conn = parent

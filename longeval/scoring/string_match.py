@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
-__all__ = ["postprocess_prediction", "string_match_all", "string_match_part", "strip_reasoning"]
+from longeval.scoring.judgement import Judgement
+
+__all__ = ["judge_all", "judge_part", "postprocess_prediction", "string_match_all", "string_match_part",
+           "strip_reasoning"]
 
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f]")
 _THINK_OPEN = "<think>"
@@ -50,3 +54,13 @@ def strip_reasoning(text: str) -> str:
     if _THINK_OPEN in text:
         return ""
     return text
+
+
+def judge_all(answer: str, references: Sequence[str], meta: dict[str, Any]) -> Judgement:
+    """`string_match_all` as a task's judge (RULER's NIAH, VT, CWE, FWE)."""
+    return Judgement(score=string_match_all(answer, references), parsed_answer=answer)
+
+
+def judge_part(answer: str, references: Sequence[str], meta: dict[str, Any]) -> Judgement:
+    """`string_match_part` as a task's judge (RULER's QA)."""
+    return Judgement(score=string_match_part(answer, references), parsed_answer=answer)

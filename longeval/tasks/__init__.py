@@ -1,4 +1,6 @@
-"""The task registry: names from the papers, mapped to one parametrised generator each.
+"""The registry: benchmark families (`longeval.tasks.family.Family`), their tasks by the papers' names.
+
+A family is one package plus one entry in FAMILIES; a plugin module (`plugins=`) adds its own with `register`.
 
 A suite can change a task's parameters without new code: `suite.params` maps a family (`sync`), a bare
 task name (`shortest_path`) or, in YAML, a full key (`sync/shortest_path`) to field values of the task's
@@ -13,18 +15,51 @@ from typing import Any
 
 from longeval.errors import ConfigError, UnknownTaskError
 from longeval.scoring.judgement import Judge
+from longeval.tasks import longbench_v2, michelangelo, ruler, sync, tail
 from longeval.tasks.base import TaskSpec
-from longeval.tasks.longbench_v2 import LONGBENCH_V2_SCORERS, LONGBENCH_V2_TASKS
-from longeval.tasks.michelangelo import MICHELANGELO_SCORERS, MICHELANGELO_TASKS
-from longeval.tasks.ruler import RULER_TASKS
-from longeval.tasks.sync import SYNC_SCORERS, SYNC_TASKS
-from longeval.tasks.tail import TAIL_SCORERS, TAIL_TASKS
+from longeval.tasks.family import Family, Sampling
 
-TASKS: dict[str, TaskSpec] = {
-    spec.key: spec for spec in (*RULER_TASKS, *SYNC_TASKS, *MICHELANGELO_TASKS, *LONGBENCH_V2_TASKS, *TAIL_TASKS)
-}
-JUDGES: dict[str, Judge] = {**SYNC_SCORERS, **MICHELANGELO_SCORERS, **LONGBENCH_V2_SCORERS, **TAIL_SCORERS}
-"""Scorers that need the instance's meta, by metric name (RULER's string matches live in `scoring`)."""
+FAMILIES: dict[str, Family] = {}
+"""Every family by name, in the order reports show them."""
+TASKS: dict[str, TaskSpec] = {}
+"""Every task by `family/name`."""
+
+
+def register(family: Family) -> Family:
+    """Add a family and its tasks (a plugin calls this on import); a family's name and its task keys must be
+    new, and every task must belong to it and carry a judge."""
+    if family.name in FAMILIES:
+        raise ConfigError(f"a family called {family.name!r} is registered already")
+    for spec in family.tasks:
+        if spec.family != family.name:
+            raise ConfigError(f"task {spec.key} is declared in family {family.name!r}")
+        if not callable(spec.judge):
+            raise ConfigError(f"task {spec.key} has no judge: give its TaskSpec judge=<scorer>")
+        if spec.key in TASKS:
+            raise ConfigError(f"a task {spec.key} is registered already")
+    FAMILIES[family.name] = family
+    TASKS.update({spec.key: spec for spec in family.tasks})
+    return family
+
+
+for _family in (ruler.FAMILY, sync.FAMILY, michelangelo.FAMILY, longbench_v2.FAMILY, tail.FAMILY):
+    register(_family)
+
+
+def judge_for(family: str, task: str) -> Judge:
+    """The judge of a scored instance's task (the score stage hands this to `scoring.deadline`)."""
+    return _lookup(f"{family}/{task}").judge
+
+
+def skill_group(key: str) -> str:
+    """The skill group its family declares for a task key (`ruler/vt` -> multi-hop tracking)."""
+    family, _, name = key.partition("/")
+    return FAMILIES[family].skill_group(name) if family in FAMILIES else family
+
+
+def sampling() -> Sampling | None:
+    """The one registered way of spreading instances over lengths by `suite.subsets`, if any family has one."""
+    return next((f.sampling for f in FAMILIES.values() if f.sampling is not None), None)
 
 BUDGET_KEY = "max_new_tokens"
 

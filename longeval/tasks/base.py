@@ -10,12 +10,14 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from longeval.errors import LengthError
+from longeval.files import fingerprint
 from longeval.records import Instance, content_id
+from longeval.scoring.judgement import Judge
 from longeval.text.pieces import Piece, assemble, open_context
 from longeval.text.render import Frame, PromptFormat, render_frame, render_parts
 from longeval.text.tokenizer import Encoder
@@ -95,46 +97,35 @@ def data_fingerprint(data: DataPaths) -> str:
     return h.hexdigest()[:16]
 
 
-def file_fingerprint(path: str | None) -> bytes:
-    """One data file's identity: a local file's sha256; a remote one's (`s3://...`) size and ETag, read with a
-    HEAD request (a content hash, streamed, when the store gives no ETag); b"-" when there is no file."""
-    from pathlib import Path
+file_fingerprint = fingerprint
+"""A data file's identity (`longeval.files.fingerprint`), part of every instance id."""
 
-    if not path:
-        return b"-"
-    if "://" not in path or path.startswith("file://"):
-        file = Path(path.removeprefix("file://")).expanduser()
-        return hashlib.sha256(file.read_bytes()).digest() if file.is_file() else b"-"
-    import pyarrow.fs as pafs
 
-    from longeval.store import filesystem
+class Generator(Protocol):
+    """A task's generator: pure, one instance per call, from its params and the randomness it is given.
 
-    fs, key = filesystem(path)
-    info = fs.get_file_info(key)
-    if info.type != pafs.FileType.File:
-        return b"-"
-    with fs.open_input_file(key) as f:
-        meta = f.metadata() or {}
-        etag = meta.get("ETag") or meta.get(b"ETag")
-        if etag:
-            tag = etag if isinstance(etag, bytes) else str(etag).encode()
-            return hashlib.sha256(f"remote:{info.size}:".encode() + tag).digest()
-        digest = hashlib.sha256()
-        while chunk := f.read(1 << 22):
-            digest.update(chunk)
-    return hashlib.sha256(f"remote:{info.size}:".encode() + digest.digest()).digest()
+    SYNC's shared-context tasks also take `context_rng` (the same for every task of the context group).
+    """
+
+    def __call__(self, ctx: GenContext, params: Any, /, *, target_length: int, max_new_tokens: int,
+                 rng: np.random.Generator, index: int, **shared: Any) -> Draft: ...
 
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """A registered task: a family, a name from the paper, the paper's parameters, a generator, a metric."""
+    """A registered task: a family, a name from the paper, the paper's parameters, a generator, and the judge
+    that scores it (bound here, so a task without one fails when it is declared, not in the score stage).
+
+    `metric` names the judge in every instance and score row (the on-disk record of how it was scored).
+    """
 
     family: str
     name: str
     params: Any
-    generate: Callable[..., Draft]
+    generate: Generator
     metric: str
     max_new_tokens: int
+    judge: Judge
     needs: tuple[str, ...] = ()  # DataPaths fields this task reads
     budget: Callable[[Any], int] | None = None
     """The output budget as a function of the params (SYNC: larger with chain-of-thought), used when the

@@ -10,6 +10,7 @@ import pyarrow.compute as pc
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, Prediction
 from longeval.scoring.deadline import DeadlineScorer
 from longeval.store import RunRoot
+from longeval.tasks import judge_for
 from tests.cli_subprocess import flat, longeval
 
 PATHOLOGICAL = "Answer" + " " * 2000 + "?"  # the IDK output of issue 14: nested quantifiers take forever on it
@@ -47,18 +48,18 @@ def test_a_stalled_scorer_is_cut_at_the_deadline_and_the_run_completes(tmp_path,
 
 def test_the_deadline_scorer_goes_on_after_a_timeout_with_the_next_rows():
     """Three rows, the middle one stalls: the child is replaced and the third is still scored."""
-    from tests.scoring.slow_judge import SLOW_METRIC
+    SLOW_METRIC = "slow_for_tests"  # the plugin's, not imported here: it would register its family in this process
 
     base = {name: None for name in INSTANCE_SCHEMA.names}
     rows = []
     for i, output in enumerate(["the ref", PATHOLOGICAL, "no"]):
-        rows.append({**base, "instance_id": f"i{i}", "family": "ruler", "task": "slow_niah", "context_id": "",
+        rows.append({**base, "instance_id": f"i{i}", "family": "slow_for_tests", "task": "slow_niah", "context_id": "",
                      "target_length": 1024, "input_tokens": 10, "depth": 0.5, "complexity": "", "answer_prefix": "",
                      "max_new_tokens": 8, "references": ["ref"], "metric": SLOW_METRIC, "meta": "", "seed": 1,
                      "shard_index": 0, "index": i, "generator_version": "", "tokenizer_id": "",
                      **Prediction(instance_id=f"i{i}", model_id="m", output=output, output_tokens=1,
                                   finish_reason="stop", cached_prompt_tokens=0, latency_s=0.0, error="").to_row()})
-    scorer = DeadlineScorer(2.0, ["tests.scoring.slow_judge"])
+    scorer = DeadlineScorer(2.0, judge_for, ["tests.scoring.slow_judge"])
     try:
         out = scorer.score_rows(rows)
     finally:

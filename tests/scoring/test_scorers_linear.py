@@ -160,7 +160,7 @@ def test_scorer_is_fast_on_adversarial_outputs(ctx: GenContext, key: str) -> Non
                 start = time.perf_counter()
                 try:
                     with deadline(5 * BOUND_S):
-                        score = score_prediction(instance, _prediction(instance, text))
+                        score = score_prediction(instance, _prediction(instance, text), TASKS[key].judge)
                 except TimeoutError:
                     slow[label] = float("inf")
                     continue

@@ -11,8 +11,10 @@ zero-shot + CoT (`suite.params.longbench_v2.cot=true`: a 1024-token chain of tho
 
 from __future__ import annotations
 
+from longeval.report.table import render_breakdown
 from longeval.scoring.judgement import Judge
 from longeval.tasks.base import TaskSpec
+from longeval.tasks.family import Family, SummaryTable
 from longeval.tasks.longbench_v2.data import (
     DIFFICULTIES,
     DOMAINS,
@@ -33,6 +35,7 @@ from longeval.tasks.longbench_v2.scoring import (
     is_invalid,
     score_longbench_v2,
 )
+from longeval.tasks.longbench_v2.summary import breakdown_table
 from longeval.tasks.longbench_v2.task import (
     COT_ANSWER_MAX_NEW_TOKENS,
     COT_MAX_NEW_TOKENS,
@@ -81,10 +84,19 @@ DECODING_DEVIATION = "the paper samples at temperature 0.1 (Appendix D.3's setup
 
 LONGBENCH_V2_TASKS: tuple[TaskSpec, ...] = (
     TaskSpec("longbench_v2", "longbench_v2", LongBenchV2Params(), generate, METRIC, ZERO_SHOT_MAX_NEW_TOKENS,
-             needs=("longbench_v2_path",), budget=max_new_tokens, followup=cot_answer_draft,
+             judge=score_longbench_v2, needs=("longbench_v2_path",), budget=max_new_tokens, followup=cot_answer_draft,
              followup_budget=COT_ANSWER_MAX_NEW_TOKENS, decoding_deviation=DECODING_DEVIATION),
 )
 """The registry entry; `budget` gives the CoT call its 1024 tokens when a suite sets `cot=true`, and
 `followup` makes the pipeline ask the answer call with the chain of thought quoted (`longeval.followup`)."""
 
 LONGBENCH_V2_SCORERS: dict[str, Judge] = {METRIC: score_longbench_v2}
+
+
+FAMILY = Family(
+    name="longbench_v2", title="LongBench v2", tasks=LONGBENCH_V2_TASKS,
+    intro="LongBench v2's Table 2: accuracy overall, by difficulty, by length bucket (short < 32k, "
+          "medium 32k–128k, long > 128k words) and by domain. Compensated accuracy counts an "
+          "unparseable answer as a 0.25 guess (its Table 5); chance is 25.",
+    tables=(SummaryTable("longbench_v2", "LongBench v2: Table 2", breakdown_table, render_breakdown),),
+)

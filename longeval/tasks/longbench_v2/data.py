@@ -105,7 +105,7 @@ def _read_bytes(path: str, key: str) -> bytes:
             raise data_error(path, "file not found", key=key)
         return file.read_bytes()
     from longeval.errors import StoreError
-    from longeval.store import read_uri
+    from longeval.files import read_uri
 
     try:  # s3:// through the run's filesystem layer: the same endpoint, credentials and retries
         return read_uri(path)

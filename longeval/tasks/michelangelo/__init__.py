@@ -15,10 +15,13 @@ from __future__ import annotations
 
 from longeval.scoring.judgement import Judge
 from longeval.tasks.base import TaskSpec
+from longeval.tasks.family import Family, Sampling, SummaryTable
 from longeval.tasks.michelangelo import idk, latent_list, mrcr
 from longeval.tasks.michelangelo.idk import IdkParams, score_idk
 from longeval.tasks.michelangelo.latent_list import LatentListParams, score_latent_list
 from longeval.tasks.michelangelo.mrcr import MrcrParams, score_mrcr
+from longeval.tasks.michelangelo.stratify import SUBSETS, stacked_counts, stacked_weights
+from longeval.tasks.michelangelo.summary import chance_rates, render_chance
 
 __all__ = [
     "MICHELANGELO_SCORERS",
@@ -33,9 +36,9 @@ __all__ = [
 
 MICHELANGELO_TASKS: tuple[TaskSpec, ...] = (
     TaskSpec("michelangelo", "latent_list", LatentListParams(), latent_list.generate, "michelangelo_latent_list",
-             128),
-    TaskSpec("michelangelo", "mrcr", MrcrParams(), mrcr.generate, "michelangelo_mrcr", 512),
-    TaskSpec("michelangelo", "idk", IdkParams(), idk.generate, "michelangelo_idk", 128),
+             128, judge=score_latent_list),
+    TaskSpec("michelangelo", "mrcr", MrcrParams(), mrcr.generate, "michelangelo_mrcr", 512, judge=score_mrcr),
+    TaskSpec("michelangelo", "idk", IdkParams(), idk.generate, "michelangelo_idk", 128, judge=score_idk),
 )
 
 MICHELANGELO_SCORERS: dict[str, Judge] = {
@@ -44,3 +47,14 @@ MICHELANGELO_SCORERS: dict[str, Judge] = {
     "michelangelo_idk": score_idk,
 }
 """Scorers by metric name (each reads the instance's meta)."""
+
+
+FAMILY = Family(
+    name="michelangelo", title="Michelangelo", tasks=MICHELANGELO_TASKS,
+    intro="Michelangelo reports cumulative average scores: the mean over every instance of length up "
+          "to L (solid lines, as in the paper's curves), beside the pointwise score at L (dashed). "
+          "The dotted line is the task's chance rate (Appendix B, simulated on our generators): read "
+          "scores against it, not against 0.",
+    tables=(SummaryTable("chance", "Michelangelo: chance rates (Appendix B)", chance_rates, render_chance),),
+    sampling=Sampling(choices=tuple(SUBSETS), counts=stacked_counts, weights=stacked_weights),
+)

@@ -6,7 +6,9 @@ Each entry is one parametrised generator with the paper's settings; output budge
 
 from __future__ import annotations
 
+from longeval.scoring.string_match import judge_all, judge_part
 from longeval.tasks.base import TaskSpec
+from longeval.tasks.family import Family
 from longeval.tasks.ruler import aggregation, niah, qa, variable_tracking
 from longeval.tasks.ruler.aggregation import CweParams, FweParams
 from longeval.tasks.ruler.niah import NiahParams
@@ -16,7 +18,7 @@ from longeval.tasks.ruler.variable_tracking import VtParams
 
 
 def _niah(name: str, **params: object) -> TaskSpec:
-    return TaskSpec("ruler", name, NiahParams(**params), niah.generate, "string_match_all", 128,
+    return TaskSpec("ruler", name, NiahParams(**params), niah.generate, "string_match_all", 128, judge=judge_all,
                     prompt_fingerprint=prompt_fingerprint("niah"))
 
 
@@ -30,14 +32,27 @@ RULER_TASKS: tuple[TaskSpec, ...] = (
     _niah("niah_multivalue", haystack="essay", type_key="words", type_value="numbers", num_needle_v=4),
     _niah("niah_multiquery", haystack="essay", type_key="words", type_value="numbers", num_needle_k=4,
           num_needle_q=4),
-    TaskSpec("ruler", "vt", VtParams(), variable_tracking.generate, "string_match_all", 30,
+    TaskSpec("ruler", "vt", VtParams(), variable_tracking.generate, "string_match_all", 30, judge=judge_all,
              prompt_fingerprint=prompt_fingerprint("variable_tracking")),
-    TaskSpec("ruler", "cwe", CweParams(), aggregation.generate_cwe, "string_match_all", 120,
+    TaskSpec("ruler", "cwe", CweParams(), aggregation.generate_cwe, "string_match_all", 120, judge=judge_all,
              prompt_fingerprint=prompt_fingerprint("common_words_extraction")),
-    TaskSpec("ruler", "fwe", FweParams(), aggregation.generate_fwe, "string_match_all", 50,
+    TaskSpec("ruler", "fwe", FweParams(), aggregation.generate_fwe, "string_match_all", 50, judge=judge_all,
              prompt_fingerprint=prompt_fingerprint("freq_words_extraction")),
-    TaskSpec("ruler", "qa_1", QaParams(dataset="squad"), qa.generate, "string_match_part", 32,
+    TaskSpec("ruler", "qa_1", QaParams(dataset="squad"), qa.generate, "string_match_part", 32, judge=judge_part,
              needs=("squad_path",), prompt_fingerprint=prompt_fingerprint("qa")),
-    TaskSpec("ruler", "qa_2", QaParams(dataset="hotpotqa"), qa.generate, "string_match_part", 32,
+    TaskSpec("ruler", "qa_2", QaParams(dataset="hotpotqa"), qa.generate, "string_match_part", 32, judge=judge_part,
              needs=("hotpotqa_path",), prompt_fingerprint=prompt_fingerprint("qa")),
+)
+
+RULER_GROUPS: dict[str, str] = {
+    **{spec.name: "retrieval" for spec in RULER_TASKS if spec.name.startswith("niah")},
+    "vt": "multi-hop tracking", "cwe": "aggregation", "fwe": "aggregation", "qa_1": "QA", "qa_2": "QA",
+}
+"""RULER's task categories (its §3)."""
+
+FAMILY = Family(
+    name="ruler", title="RULER", tasks=RULER_TASKS, skill_groups=RULER_GROUPS,
+    intro="Scores are RULER's string_match_all (NIAH, VT, CWE, FWE) or string_match_part (QA), ×100. The "
+          "per-task figure draws each task against length with its 95 % interval shaded; the dotted "
+          "line is the effective-length threshold. Compare with RULER's Table 3 and its per-task appendix.",
 )

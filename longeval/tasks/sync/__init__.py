@@ -15,8 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from longeval.aggregate import ladder
+from longeval.report.table import render_ladder
 from longeval.scoring.judgement import Judgement
 from longeval.tasks.base import Draft, TaskSpec
+from longeval.tasks.family import Family, SummaryTable
 from longeval.tasks.sync.graph import (
     GraphParams,
     generate_connected_nodes,
@@ -102,8 +105,8 @@ def max_new_tokens(params: GraphParams | TranslationParams) -> int:
 
 
 def _spec(name: str, params: GraphParams | TranslationParams, generate: Callable[..., Draft], metric: str) -> TaskSpec:
-    return TaskSpec("sync", name, params, generate, metric, max_new_tokens(params), budget=max_new_tokens,
-                    context_group=CONTEXT_GROUPS[name])
+    return TaskSpec("sync", name, params, generate, metric, max_new_tokens(params), judge=SYNC_SCORERS[metric],
+                    budget=max_new_tokens, context_group=CONTEXT_GROUPS[name])
 
 
 SYNC_TASKS: tuple[TaskSpec, ...] = (
@@ -113,4 +116,15 @@ SYNC_TASKS: tuple[TaskSpec, ...] = (
     _spec("single_hop_translation", TranslationParams(), generate_single_hop_translation, "sync_single_hop"),
     _spec("multi_hop_translation", TranslationParams(), generate_multi_hop_translation, "sync_multi_hop"),
     _spec("letter_coverage", TranslationParams(), generate_letter_coverage, "sync_letter_coverage"),
+)
+
+
+FAMILY = Family(
+    name="sync", title="SYNC", tasks=SYNC_TASKS,
+    intro="The three tasks of a domain read the same contexts: retrieval (connected nodes, single-hop "
+          "translation), tracking (shortest path, multi-hop translation) and global (longest path, letter "
+          "coverage), so the fall from rung to rung at one length is the task's doing (SYNC §3.3). The error "
+          "types are the paper's Table 5.",
+    tables=(SummaryTable("sync_ladder", "SYNC: retrieval, tracking and global on one context",
+                         lambda tasks, rows: ladder(tasks, LADDER), render_ladder),),
 )

@@ -17,8 +17,10 @@ The builder that calls the generator model lives in `longeval.builders`; nothing
 
 from __future__ import annotations
 
+from longeval.report.table import render_heatmap
 from longeval.scoring.judgement import Judge
 from longeval.tasks.base import TaskSpec
+from longeval.tasks.family import Family, SummaryTable
 from longeval.tasks.tail.choice import parse_choice
 from longeval.tasks.tail.dataset import (
     DATASET_KEY,
@@ -76,6 +78,7 @@ from longeval.tasks.tail.scoring import (
     score_tail,
     summarise_lengths,
 )
+from longeval.tasks.tail.summary import grid_table, headline_table, render_headline
 from longeval.tasks.tail.task import (
     COT_MAX_NEW_TOKENS,
     DIRECT_MAX_NEW_TOKENS,
@@ -162,7 +165,8 @@ __all__ = [
 METRIC = "tail_choice"
 
 TAIL_TASKS: tuple[TaskSpec, ...] = (
-    TaskSpec("tail", "tail", TailParams(), generate, METRIC, COT_MAX_NEW_TOKENS, budget=max_new_tokens,
+    TaskSpec("tail", "tail", TailParams(), generate, METRIC, COT_MAX_NEW_TOKENS, judge=score_tail,
+             budget=max_new_tokens,
              followup=judge_draft, followup_budget=JUDGE_MAX_NEW_TOKENS),
 )
 """The registry entry; `budget` gives 32 tokens when a suite sets `suite.params.tail.cot=false`. The benchmark
@@ -170,3 +174,15 @@ folder is a param (`suite.params.tail.dataset`), not a `suite.data` path, so `ne
 `suite.params.tail.judge=true`, unmapped outputs get a judge call through `followup`."""
 
 TAIL_SCORERS: dict[str, Judge] = {METRIC: score_tail}
+
+
+FAMILY = Family(
+    name="tail", title="TAIL", tasks=TAIL_TASKS,
+    intro="TAIL's Figure 5: accuracy by the depth of the evidence (rows) and the context length (columns); "
+          "its Table 2: Avg, wAvg(inc), wAvg(dec) and the longest/shortest ratio. TAIL weighs lengths by their "
+          "size (wAvg(inc) weights = the lengths), RULER by their rank (1..L), so the leaderboard's TAIL row and "
+          "TAIL Table 2 below give different wAvg for the same accuracies; quote Table 2 against the paper.",
+    tables=(SummaryTable("tail_grid", "TAIL: accuracy by depth and length (Figure 5)", grid_table, render_heatmap,
+                         log=False),  # W&B gets it as a heatmap image (tracking.plot_specs)
+            SummaryTable("tail_headline", "TAIL: Table 2", headline_table, render_headline)),
+)

@@ -191,7 +191,7 @@ def load_tail_dataset(path: str | None, *, key: str = DATASET_KEY) -> TailDatase
 
 def _filesystem(path: str, *, key: str = DATASET_KEY):
     try:
-        from longeval.store import filesystem
+        from longeval.files import filesystem
 
         fs, base = filesystem(path)  # s3:// with the run's endpoint and credentials, like every other path
         return fs, base.rstrip("/")

@@ -108,7 +108,7 @@ def load_domains(root: str, *, segment_words: int = SEGMENT_WORDS, key: str = RO
 
 def _filesystem(root: str, key: str):
     try:
-        from longeval.store import filesystem
+        from longeval.files import filesystem
 
         fs, base = filesystem(root)  # s3:// with the run's endpoint and credentials, like every other path
         return fs, base.rstrip("/")

@@ -297,7 +297,7 @@ def test_the_grader_gets_the_raw_output_through_score_prediction(ctx: GenContext
     rs = d.meta["random_string"]
 
     def scored(output: str) -> float:
-        return score_prediction(inst, Prediction(inst.instance_id, "m", output, 1, "stop", 0, 0.0)).score
+        return score_prediction(inst, Prediction(inst.instance_id, "m", output, 1, "stop", 0, 0.0), spec.judge).score
 
     assert scored(f"{rs}{d.references[0]}") == 1.0
     assert scored(f" {rs}{d.references[0]}") == 0.0  # leading space: 0, as the card's grade gives

@@ -1,0 +1,73 @@
+"""What a benchmark family declares, so that core code loops over families and never names one.
+
+A family is one package under `longeval/tasks/` with a `FAMILY`: its tasks (each with its judge bound), the
+summary tables its paper reports besides the common ones (built from the family's scores, written under
+`summary/<name>`, shown in the terminal, logged to W&B), the words the HTML report puts above its section, and
+the skill group of each task (which adaptive runs report an effective length for). Registering it in
+`longeval.tasks.FAMILIES` is the only other step (plus its `conf/suite` files).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from longeval.tasks.base import TaskSpec
+
+ScoreRows = Mapping[str, list[dict[str, Any]]]
+"""A family's score rows per model id, each with its instance's `meta` JSON under "meta"."""
+
+
+@dataclass(frozen=True)
+class SummaryTable:
+    """One of a family's own tables (SYNC's ladder, LongBench v2's Table 2, TAIL's grid ...).
+
+    `build(tasks, rows)` gets the run's per task x length summary (`summary/tasks`, this family's rows) and the
+    family's score rows with meta; it is pure. `render(table)` gives what the terminal prints after the results
+    (a rich renderable), or None to print nothing. `log` sends the table to W&B as `results/<name>`, and
+    `metrics(table)` adds W&B summary metrics.
+    """
+
+    name: str
+    title: str
+    build: Callable[[pa.Table, ScoreRows], pa.Table]
+    render: Callable[[pa.Table], Any] | None = None
+    log: bool = True
+    metrics: Callable[[pa.Table], dict[str, float]] | None = None
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """A paper's way of spreading instances over lengths, chosen by `suite.subsets` (Michelangelo §3.2: stacked
+    "up to" subsets, each length weighted by 1 / (subsets containing it) in cumulative curves)."""
+
+    choices: tuple[str, ...]
+    counts: Callable[[Sequence[int], Sequence[str], int], dict[int, int]]
+    """(lengths, subsets, samples) -> instances per length."""
+    weights: Callable[[Sequence[int], Sequence[str]], dict[int, float]]
+    """(lengths, subsets) -> each length's weight in the cumulative curves."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """A benchmark family, as its paper defines it."""
+
+    name: str
+    """The `family` column of every record (`ruler`, `sync`, ...)."""
+    title: str
+    """How the report names it (`RULER`, `LongBench v2`)."""
+    tasks: tuple[TaskSpec, ...]
+    intro: str = ""
+    """The paragraph above the family's section of the HTML report: how to read its numbers."""
+    tables: tuple[SummaryTable, ...] = ()
+    skill_groups: Mapping[str, str] = field(default_factory=dict)
+    """Task name -> skill group (RULER §3: retrieval, multi-hop tracking, aggregation, QA); a task not listed
+    is in a group named after the family."""
+    sampling: Sampling | None = None
+    """How `suite.subsets` spreads instances over lengths, for the family whose paper defines it."""
+
+    def skill_group(self, task: str) -> str:
+        return self.skill_groups.get(task, self.name)

@@ -1,0 +1,49 @@
+"""TAIL's own summary tables: accuracy by depth and length (its Figure 5), and its Table 2 per model."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+from rich.console import Group
+from rich.text import Text
+
+from longeval.tasks.family import ScoreRows
+from longeval.tasks.tail.scoring import accuracy_grid, length_summary
+
+GRID_SCHEMA = pa.schema([("model_id", pa.string()), ("target_length", pa.int64()), ("depth", pa.float64()),
+                         ("n", pa.int64()), ("accuracy", pa.float64())])
+HEADLINE_SCHEMA = pa.schema([
+    ("model_id", pa.string()), ("shortest", pa.int64()), ("longest", pa.int64()), ("avg", pa.float64()),
+    ("wavg_inc", pa.float64()), ("wavg_dec", pa.float64()), ("ratio", pa.float64()),
+    ("answers", pa.int64()), ("judged", pa.int64()), ("judge_mapped", pa.int64())])
+"""`wavg_inc`/`wavg_dec` here are TAIL's length-weighted averages (weights = the lengths), not RULER's
+rank-weighted ones of `summary/headline`; the column names are TAIL's Table 2 headers."""
+
+
+def grid_table(tasks: pa.Table, rows: ScoreRows) -> pa.Table:
+    """Accuracy per (length, depth) per model: the heatmap of TAIL's Figure 5."""
+    return pa.Table.from_pylist(
+        [{"model_id": model_id, "target_length": c.target_length, "depth": c.depth, "n": c.n, "accuracy": c.accuracy}
+         for model_id, model_rows in rows.items() for c in accuracy_grid(model_rows)], schema=GRID_SCHEMA)
+
+
+def headline_table(tasks: pa.Table, rows: ScoreRows) -> pa.Table:
+    """Per model, TAIL's Table 2: Avg, wAvg(inc), wAvg(dec) over the lengths and the longest/shortest ratio, with
+    how many answers went to the judge and how many it mapped."""
+    out = []
+    for model_id, model_rows in rows.items():
+        summary = length_summary(model_rows)
+        judged = [r for r in model_rows if json.loads(r["meta"] or "{}").get("mapped_by") == "judge"]
+        out.append({"model_id": model_id, "shortest": summary.lengths[0] if summary.lengths else None,
+                    "longest": summary.lengths[-1] if summary.lengths else None, "avg": summary.avg,
+                    "wavg_inc": summary.wavg_inc, "wavg_dec": summary.wavg_dec, "ratio": summary.ratio,
+                    "answers": len(model_rows), "judged": len(judged),
+                    "judge_mapped": sum(1 for r in judged if r["error_type"] != "unmapped")})
+    return pa.Table.from_pylist(out, schema=HEADLINE_SCHEMA)
+
+
+def render_headline(table: pa.Table) -> Group:
+    return Group(*[Text(f"TAIL {row['model_id']}: Avg {row['avg']:.2f} · wAvg(inc) {row['wavg_inc']:.2f} · "
+                        f"wAvg(dec) {row['wavg_dec']:.2f} · {row['longest']}/{row['shortest']} ratio {row['ratio']}")
+                   for row in table.to_pylist()])

@@ -1,0 +1,73 @@
+"""The layering of issue #13, as imports that must not exist (module-level and function-local alike).
+
+A family's knowledge stays in its package, stages stay out of what reads results, and the pure parts (tasks,
+scorers, text) never reach for I/O or engines. A new import that breaks a rule fails here with the line to fix.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "longeval"
+
+RULES: list[tuple[str, tuple[str, ...], str]] = [
+    ("longeval.tasks", ("longeval.engines", "longeval.pipeline", "longeval.stages", "longeval.store",
+                        "longeval.runtime"), "tasks are pure: data comes through longeval.files"),
+    ("longeval.scoring", ("longeval.tasks",), "a judge is bound to its task; scorers know no task"),
+    ("longeval.engines", ("longeval.tasks", "longeval.store", "longeval.pipeline", "longeval.stages"),
+     "engines return rows; the infer stage writes them"),
+    ("longeval.config", ("longeval.engines",), "config is schema only"),
+    ("longeval.tracking", ("longeval.pipeline", "longeval.stages"), "tracking reads results, never runs a stage"),
+    ("longeval.report", ("longeval.pipeline", "longeval.stages"), "the report reads results, never runs a stage"),
+    ("longeval.dashboards", ("longeval.pipeline", "longeval.stages"), "dashboards read results"),
+    ("longeval.text", ("longeval.tasks",), "text is below tasks"),
+]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """Every longeval module `path` imports, with its line: `from longeval import x` counts as longeval.x."""
+    here = module_name(path)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.append((node.lineno, base))
+            found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names
+                      if (PACKAGE.parent / f"{base}.{alias.name}".replace(".", "/")).exists()
+                      or (PACKAGE.parent / (f"{base}.{alias.name}".replace(".", "/") + ".py")).exists()]
+    return [(line, name) for line, name in found if name == "longeval" or name.startswith("longeval.")]
+
+
+def _within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+@pytest.mark.parametrize(("layer", "forbidden", "why"), RULES, ids=[r[0] for r in RULES])
+def test_layer_does_not_import(layer, forbidden, why):
+    broken = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if not _within(module_name(path), layer):
+            continue
+        for line, name in imports(path):
+            if any(_within(name, f) for f in forbidden):
+                broken.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {name}")
+    assert not broken, f"{layer} must not import {', '.join(forbidden)} ({why}):\n" + "\n".join(broken)
+
+
+def test_the_checker_sees_function_local_and_relative_imports(tmp_path):
+    assert ("longeval.store" in {n for _, n in imports(PACKAGE / "pipeline.py")}
+            or "longeval.store" in {n for p in PACKAGE.rglob("stages/*.py") for _, n in imports(p)})
