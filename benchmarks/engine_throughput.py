@@ -62,7 +62,8 @@ def main() -> None:
 
     from longeval.config import load_config
     from longeval.models import resolve_model_path
-    from longeval.pipeline import make_plan, run
+    from longeval.pipeline import run
+    from longeval.plan import make_plan
     from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA
     from longeval.store import RunRoot
 
@@ -145,7 +146,7 @@ def _ray_data_llm(cfg, kwargs: dict, instances: list[dict], plain: dict[str, str
     import ray
     from ray.data.llm import build_processor, vLLMEngineProcessorConfig
 
-    from longeval.pipeline import init_ray
+    from longeval.runtime import init_ray
 
     init_ray(cfg)
     engine_kwargs = {k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")}

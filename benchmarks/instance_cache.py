@@ -35,8 +35,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from longeval.config import load_config
     from longeval.models import resolve_model_path
-    from longeval.pipeline import ShardGenerator, generate_shard
     from longeval.plan import make_plan
+    from longeval.stages.generate import ShardGenerator, generate_shard
 
     store = args.store or tempfile.mkdtemp(prefix="le-cache-bench-")
     overrides = [f"model={args.model}", f"suite.tasks=[{','.join(args.tasks)}]",

@@ -23,8 +23,9 @@ from pathlib import Path
 def _infer(overrides: list[str], root_dir: Path, name: str) -> tuple[float, float, list[dict]]:
     """Generate, then time the infer stage alone; returns (wall s, engine start s, prediction rows)."""
     from longeval.config import load_config
-    from longeval.pipeline import init_ray, run
+    from longeval.pipeline import run
     from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA
+    from longeval.runtime import init_ray
     from longeval.store import RunRoot
 
     cfg = load_config([*overrides, f"store.root={root_dir}", f"run_name={name}"])

@@ -31,10 +31,11 @@ from longeval.capacity import find_model_arch
 from longeval.config import Config
 from longeval.cost import DEFAULT_GPU, Cost, call_cost, replica_shape
 from longeval.errors import ConfigError
-from longeval.infer import infer
-from longeval.pipeline import generate, score
 from longeval.plan import Plan, ShardSpec, make_plan, samples_per_length
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
+from longeval.stages.generate import generate
+from longeval.stages.infer import infer
+from longeval.stages.score import score
 from longeval.store import RunRoot
 from longeval.tasks import skill_group
 

@@ -273,10 +273,11 @@ def cmd_report(args: argparse.Namespace) -> None:
 
         roots = [load_config(overrides).run_root]
     from longeval.report.html import write_report
+    from longeval.stages.summarise import summarise_root
 
     _probe(roots)
     result = write_report(roots, args.output or "report.html", resamples=args.resamples, seed=args.seed,
-                          compare=not args.no_compare)
+                          compare=not args.no_compare, summarise=summarise_root)
     for run in result.runs:
         if run.computed:
             console.print(f"{run.label}: summaries computed from the scores and written to {run.uri}/summary/")

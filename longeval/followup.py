@@ -43,7 +43,7 @@ def parents_with_followups(instances: pa.Table) -> set[str]:
 
 def write_followups(cfg: Config, root: RunRoot, model_path: str) -> int:
     """Write the missing follow-up instances (and the failures of unsent first calls); returns how many."""
-    from longeval.pipeline import make_context
+    from longeval.stages.generate import make_context
     from longeval.tasks import get_task
     from longeval.tasks.base import make_instance
 

@@ -165,7 +165,7 @@ def loopback_cluster(nodes: int = 2, *, num_cpus: int = 2, num_gpus: int = 1,
     import ray
     from ray.cluster_utils import Cluster
 
-    from longeval.pipeline import ray_temp_dir
+    from longeval.runtime import ray_temp_dir
 
     if ray.is_initialized():
         ray.shutdown()

@@ -166,3 +166,12 @@ SCORE_SCHEMA = pa.schema(
         ("complexity", pa.string()),
     ]
 )
+
+
+def latest_predictions(preds: pa.Table) -> pa.Table:
+    """One prediction per instance: a final one if any (an engine error is replaced by its retry)."""
+    seen: dict[str, int] = {}
+    for i, (iid, err) in enumerate(zip(preds["instance_id"].to_pylist(), preds["error"].to_pylist(), strict=True)):
+        if iid not in seen or not err.startswith("engine_error"):
+            seen[iid] = i
+    return preds.take(pa.array(sorted(seen.values()), pa.int64()))

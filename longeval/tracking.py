@@ -805,8 +805,7 @@ class WandbTracker:
     # -- helpers -------------------------------------------------------------------------------------
 
     def _instance_tables(self, scores: pa.Table | None) -> list[InstanceTable]:
-        from longeval.pipeline import _latest
-        from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA
+        from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, latest_predictions
 
         t = self.cfg.tracking
         if scores is None or scores.num_rows == 0 or t.table_rows <= 0:
@@ -814,7 +813,7 @@ class WandbTracker:
         columns = ["instance_id", "family", "task", "target_length", "input_tokens", "references", "complexity",
                    "seed", "shard_index"]
         instances = self.root.read_stage("instances", INSTANCE_SCHEMA, columns=columns)
-        predictions = _latest(self.root.read_stage("predictions", PREDICTION_SCHEMA))
+        predictions = latest_predictions(self.root.read_stage("predictions", PREDICTION_SCHEMA))
         sample = sample_instances(scores, rows=t.table_rows, seed=self.cfg.suite.seed)
         wanted = {i for ids in sample.values() for i in ids}
         prompts = self._prompt_tails(instances, wanted) if t.text_chars > 0 else {}

@@ -12,6 +12,7 @@ from longeval.adaptive_run import round_shards, settings_for
 from longeval.config import load_config
 from longeval.plan import make_plan
 from longeval.records import PREDICTION_SCHEMA
+from longeval.stages.summarise import summarise_root
 from longeval.store import RunRoot
 
 TINY = ["model=tiny_random", "suite.tasks=[niah_single_1,vt]", "suite.lengths=[1024,2048]", "suite.samples=12",
@@ -73,7 +74,7 @@ def test_adaptive_run_stops_decided_cells_and_resumes_without_inference(tmp_path
     assert root.exists("summary/adaptive.csv") and root.exists("adaptive.json")
     from longeval.report.html import write_report
 
-    page = write_report([cfg.run_root], tmp_path / "report.html").path.read_text()
+    page = write_report([cfg.run_root], tmp_path / "report.html", summarise=summarise_root).path.read_text()
     assert "Adaptive runs" in page and "adaptive-samples" in page
     # a rerun on the same root: no round, no new prediction, the same decisions
     before = root.read_stage("predictions", PREDICTION_SCHEMA).num_rows

@@ -16,11 +16,11 @@ import pytest
 
 from longeval.config import load_config
 from longeval.errors import ConfigError
-from longeval.infer import bundles, schedule
 from longeval.launch import loopback_cluster
 from longeval.pipeline import run
 from longeval.plan import Pool
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA
+from longeval.stages.infer import bundles, schedule
 from longeval.store import RunRoot
 
 # 12 samples x 6 tasks = 72 prompts at 4K: 36 per replica, 4.5 engine batches of max_num_seqs 8 each.

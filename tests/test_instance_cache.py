@@ -11,9 +11,9 @@ import pytest
 from longeval.config import load_config
 from longeval.instance_cache import cache_uri, path_fingerprint, shard_key
 from longeval.models import resolve_model_path
-from longeval.pipeline import ShardGenerator, make_context
 from longeval.plan import make_plan
 from longeval.records import INSTANCE_SCHEMA
+from longeval.stages.generate import ShardGenerator, make_context
 from longeval.store import RunRoot
 from longeval.tasks import TASKS
 from longeval.tasks.base import GENERATOR_VERSION

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from longeval.cli import main
 from longeval.config import load_config
-from longeval.pipeline import run, run_status
+from longeval.pipeline import run
+from longeval.stages.summarise import run_status
 from longeval.store import RunRoot
 
 TINY = ["model=tiny_random", "suite.tasks=[niah_single_1]", "suite.lengths=[1024]", "suite.samples=3",

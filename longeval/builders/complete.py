@@ -60,7 +60,7 @@ class Completer:
         import ray
 
         from longeval.engines import predictor_class
-        from longeval.pipeline import init_ray
+        from longeval.runtime import init_ray
 
         init_ray(cfg)
         api = cfg.model.engine == "openai"

@@ -1,7 +1,8 @@
 """Inference engines: vLLM in-process (one engine per Ray actor), or an OpenAI-compatible server over HTTP.
 
-The infer stage drives `vllm_engine.VllmEngine` in its own replica actors (`longeval.infer`) and `ApiPredictor` as a
-Ray Data callable; builders use either through `predictor_class`, a batch of rows in, prediction rows out.
+The infer stage (`longeval.stages.infer`) drives `vllm_engine.VllmEngine` in its own replica actors and
+`ApiPredictor` as a Ray Data callable; builders use either through `predictor_class`, a batch of rows in,
+prediction rows out.
 """
 
 from __future__ import annotations

@@ -27,7 +27,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-import pyarrow as pa
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from longeval.config import ApiConfig, ModelConfig, check_api, redact
@@ -116,9 +115,7 @@ def wait_for(state: RetryCallState) -> float:
 class ApiPredictor:
     """A Ray Data `map_batches` callable that sends each row as one request, `api.concurrency` at a time."""
 
-    def __init__(
-        self, model: ModelConfig, model_path: str, model_id: str, max_model_len: int, root_uri: str | None = None
-    ) -> None:
+    def __init__(self, model: ModelConfig, model_path: str, model_id: str, max_model_len: int) -> None:
         import openai
 
         check_api(model)
@@ -135,14 +132,9 @@ class ApiPredictor:
             max_retries=0,  # tenacity decides, so retries are counted and Retry-After is honoured once
         )
         self.pool = ThreadPoolExecutor(max_workers=self.api.concurrency, thread_name_prefix="longeval-api")
-        self.root = None
         self.record_name = f"engines/api-{socket.gethostname()}-{os.getpid()}-{int(time.time())}.json"
         self.replica = f"api/{socket.gethostname()}-{os.getpid()}"
         self.node = _node_id()
-        if root_uri:
-            from longeval.store import RunRoot
-
-            self.root = RunRoot(root_uri)
 
     def predict(self, batch: dict[str, Any]) -> dict[str, list]:
         """The same as calling the predictor: the name a plain Ray actor exposes (builders use one)."""
@@ -170,13 +162,14 @@ class ApiPredictor:
                 rows[key].append(getattr(reply, key))
             rows["replica"].append(self.replica)
             rows["node"].append(self.node)
-        if self.root is not None:
-            self.root.write_part("predictions", pa.Table.from_pydict(rows, schema=PREDICTION_SCHEMA))
-            self.root.write_json(self.record_name, redact({
-                "engine": "openai", "base_url": self.api.base_url, "mode": self.api.mode, "model": self.served_name,
-                "concurrency": self.api.concurrency, "host": socket.gethostname(), "pid": os.getpid(),
-                "usage": self.usage.record()}))
         return rows
+
+    def record(self) -> dict[str, Any]:
+        """The engine record (`engines/<record_name>` in the run root): settings and usage so far, redacted."""
+        return redact({
+            "engine": "openai", "base_url": self.api.base_url, "mode": self.api.mode, "model": self.served_name,
+            "concurrency": self.api.concurrency, "host": socket.gethostname(), "pid": os.getpid(),
+            "usage": self.usage.record()})
 
     def request(self, ids: list[int], prompt: str, answer_prefix: str, max_new_tokens: int) -> Reply:
         """One instance, retried on transient failures; a final failure comes back as a Reply with an error."""

@@ -10,7 +10,7 @@ taken by the next prompt at the next step, and the next prompt's prefill overlap
 refill depends only on which requests finished, so the same requests in the same order give the same steps
 and, with greedy decoding, the same outputs (vLLM on CPU is not batch-invariant, so this matters).
 
-The engine returns rows; the infer stage (`longeval.infer`) writes them.
+The engine returns rows; the infer stage (`longeval.stages.infer`) writes them.
 """
 
 from __future__ import annotations

@@ -16,10 +16,11 @@ import base64
 import datetime as dt
 import os
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pyarrow as pa
@@ -31,6 +32,7 @@ from longeval.errors import ConfigError, LongevalError
 from longeval.report import plots
 from longeval.report.runs import RunData, family_rows, has_rows
 from longeval.report.table import format_length
+from longeval.store import RunRoot
 from longeval.tasks import FAMILIES
 
 __all__ = ["Cell", "FigureBlock", "PairView", "ReportResult", "Row", "Section", "TableBlock", "TextBlock",
@@ -639,7 +641,8 @@ def _href(target: Path, base: Path) -> str:
 
 
 def write_report(uris: Sequence[str], out: str | os.PathLike, *, resamples: int = 10_000, seed: int = 0,
-                 compare: bool = True, instances: bool = True) -> ReportResult:
+                 compare: bool = True, instances: bool = True,
+                 summarise: Callable[[RunRoot], Any] | None = None) -> ReportResult:
     """Read the run roots, compare each with the first, and write the page (and per-instance CSVs) to `out`.
 
     Args:
@@ -648,6 +651,8 @@ def write_report(uris: Sequence[str], out: str | os.PathLike, *, resamples: int 
         resamples, seed: for the paired bootstrap and permutation tests.
         compare: compare each run with the first (needs scores; runs without shared instances get a note).
         instances: write the per-instance CSVs.
+        summarise: writes the summaries of a run root that was scored but not summarised (the CLI hands
+            `longeval.stages.summarise.summarise_root`); None: such a root is an error.
     """
     import pyarrow.csv as pacsv
 
@@ -655,7 +660,7 @@ def write_report(uris: Sequence[str], out: str | os.PathLike, *, resamples: int 
 
     if not uris:
         raise ConfigError("give at least one run root to report on")
-    runs = unique_labels([load_run(u) for u in uris])
+    runs = unique_labels([load_run(u, summarise=summarise) for u in uris])
     path = Path(out).expanduser().resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     data_dir = path.with_name(f"{path.stem}_files")

@@ -1,13 +1,15 @@
 """Reading run roots for reports and comparisons: the I/O edge of `longeval report` and `longeval compare`.
 
 Everything goes through `RunRoot`, so a run root may be a local folder or `s3://`. A run root with scores but
-no `summary/` gets one from `pipeline.report` (with the config stored in its `config.yaml`), exactly as
-`longeval report <overrides>` would have written it, so the HTML report and the terminal agree.
+no `summary/` gets one from the `summarise` it is handed (the CLI hands `stages.summarise.summarise_root`, which
+uses the config stored in its `config.yaml`), exactly as `longeval report <overrides>` would have written it, so
+the HTML report and the terminal agree. The report reads results; it never runs a stage itself.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
@@ -93,21 +95,7 @@ def _summaries(root: RunRoot) -> dict[str, pa.Table]:
             for name in SUMMARY_NAMES + ADAPTIVE_SUMMARY_NAMES if name in present}
 
 
-def _compute_summaries(root: RunRoot) -> None:
-    """Write `summary/` from the scores with `pipeline.report` and the run's own config."""
-    if not root.exists("config.yaml"):
-        raise StoreError(f"run root {root.uri} has scores but neither summary/ nor config.yaml; run "
-                         "`longeval report` with the overrides it was made with to write its summaries")
-    from omegaconf import OmegaConf
-
-    from longeval.config import validate
-    from longeval.pipeline import report
-
-    cfg = validate(OmegaConf.create(root.read_text("config.yaml")))
-    report(cfg, root)
-
-
-def load_run(uri: str, *, compute_missing: bool = True) -> RunData:
+def load_run(uri: str, *, summarise: Callable[[RunRoot], Any] | None = None) -> RunData:
     """A run root's summaries, config facts and label (not yet made unique: see `unique_labels`).
 
     Raises:
@@ -125,9 +113,9 @@ def load_run(uri: str, *, compute_missing: bool = True) -> RunData:
                 what = ("its Parquet files exist but have no commit records under _manifest/ (cut short): "
                         "rerun `longeval score` and `longeval report` with its overrides")
             raise StoreError(f"run root {root.uri} has no summary/ and no scores/scores.parquet; {what}")
-        if not compute_missing:
+        if summarise is None:
             raise StoreError(f"run root {root.uri} has scores but no summary/; run `longeval report` on it first")
-        _compute_summaries(root)
+        summarise(root)
         tables, computed = _summaries(root), True
     model = _select(config, "model.name")
     if not model and "headline" in tables and tables["headline"].num_rows:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from longeval.config import to_yaml, validate
-from longeval.pipeline import report
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, content_id
+from longeval.stages.summarise import report
 from longeval.store import RunRoot
 
 LENGTHS = (4096, 8192, 16384)

@@ -12,6 +12,7 @@ from urllib.parse import unquote
 import pytest
 
 from longeval.report.html import write_report
+from longeval.stages.summarise import summarise_root
 from tests.report.report_helpers import EXPECTED_HEADLINE
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -47,7 +48,7 @@ def rendered(pristine_roots, tmp_path_factory) -> Rendered:
     for root in pristine_roots:
         shutil.copytree(root, base / "runs" / root.name)
         roots.append(str(base / "runs" / root.name))
-    result = write_report(roots, base / "site" / "report.html", resamples=1000)
+    result = write_report(roots, base / "site" / "report.html", resamples=1000, summarise=summarise_root)
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True)
         try:

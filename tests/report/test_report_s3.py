@@ -5,6 +5,7 @@ from __future__ import annotations
 from longeval.compare import compare_scores
 from longeval.report.html import write_report
 from longeval.report.runs import load_scores
+from longeval.stages.summarise import summarise_root
 from longeval.store import RunRoot
 from tests.report.report_helpers import build_run
 
@@ -13,7 +14,7 @@ def test_report_reads_and_summarises_s3_run_roots(s3_env, tmp_path) -> None:
     a, b = f"s3://{s3_env.bucket}/runs/a", f"s3://{s3_env.bucket}/runs/b"
     build_run(a, "model-a")
     build_run(b, "model-b", summarise=False)
-    result = write_report([a, b], tmp_path / "report.html", resamples=200)
+    result = write_report([a, b], tmp_path / "report.html", resamples=200, summarise=summarise_root)
     assert [r.computed for r in result.runs] == [False, True]
     assert RunRoot(b).exists("summary/headline.parquet")  # written back through the store
     assert result.pairs[0].comparison is not None and result.pairs[0].comparison.matched.n == 186

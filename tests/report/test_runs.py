@@ -10,6 +10,7 @@ import pytest
 
 from longeval.errors import StoreError
 from longeval.report.runs import SUMMARY_NAMES, essay_note, instance_rows, load_run, load_scores, provenance_pairs
+from longeval.stages.summarise import summarise_root
 from longeval.text.corpus import PAUL_GRAHAM
 from tests.report.report_helpers import EXPECTED_HEADLINE, HOSTILE_OUTPUT
 
@@ -33,13 +34,13 @@ def test_a_summarised_run_root_is_read_as_written(run_roots) -> None:
 def test_summaries_are_computed_with_the_runs_own_config_when_missing(run_roots) -> None:
     _, b = run_roots
     assert not (b / "summary").exists()
-    run = load_run(str(b))
+    run = load_run(str(b), summarise=summarise_root)
     assert run.computed and (b / "summary" / "tasks.csv").is_file()
     assert _headline(run) == EXPECTED_HEADLINE["model-b"]
-    assert not load_run(str(b)).computed  # written once, then read
+    assert not load_run(str(b), summarise=summarise_root).computed  # written once, then read
     with pytest.raises(StoreError, match="no summary/"):
         shutil.rmtree(b / "summary")
-        load_run(str(b), compute_missing=False)
+        load_run(str(b))  # the report alone never runs a stage
 
 
 def test_a_folder_that_is_no_run_root_says_so(tmp_path, run_roots) -> None:
@@ -48,7 +49,7 @@ def test_a_folder_that_is_no_run_root_says_so(tmp_path, run_roots) -> None:
     _, b = run_roots
     (b / "config.yaml").unlink()
     with pytest.raises(StoreError, match="neither summary/ nor config.yaml"):
-        load_run(str(b))
+        load_run(str(b), summarise=summarise_root)
     with pytest.raises(StoreError, match="no scores"):
         load_scores(str(tmp_path / "nothing"))
 

@@ -18,10 +18,10 @@ import pyarrow as pa
 import pytest
 
 from longeval.errors import DataFileError, LengthError
-from longeval.pipeline import generate_shard
 from longeval.plan import ShardSpec
 from longeval.records import Instance
 from longeval.scoring import string_match_all, string_match_part
+from longeval.stages.generate import generate_shard
 from longeval.tasks import TASKS, get_task
 from longeval.tasks.base import DataPaths, GenContext, TaskSpec, instance_rng, make_instance, output_budget
 from longeval.tasks.ruler import RULER_TASKS

@@ -444,8 +444,6 @@ def _infer_api(cfg: Config, pool: Pool, send: pa.Table, root: RunRoot, model_pat
     """Ray Data over the instance shards: one API actor per replica, each with `api.concurrency` requests open."""
     import ray
 
-    from longeval.engines.openai_compat import ApiPredictor
-
     fs, paths = root.stage_files("instances")
     lengths = {f".L{n}." for n in pool.lengths}
     paths = [p for p in paths if any(tag in p.rsplit("/", 1)[-1] for tag in lengths)]
@@ -459,7 +457,7 @@ def _infer_api(cfg: Config, pool: Pool, send: pa.Table, root: RunRoot, model_pat
     ds = ray.data.read_parquet(paths, filesystem=fs, columns=columns)
     ds = ds.map_batches(lambda t: t.filter(pc.is_in(t["instance_id"], value_set=wanted)), batch_format="pyarrow")
     ds = ds.repartition(max(1, -(-send.num_rows // batch))).map_batches(
-        ApiPredictor,
+        ApiWriter,
         fn_constructor_kwargs={"model": cfg.model, "model_path": model_path, "model_id": cfg.model.name,
                                "max_model_len": pool.max_model_len, "root_uri": root.uri},
         batch_size=batch, compute=ray.data.ActorPoolStrategy(size=pool.replicas), num_cpus=0.25,
@@ -470,3 +468,20 @@ def _infer_api(cfg: Config, pool: Pool, send: pa.Table, root: RunRoot, model_pat
         if progress:
             progress.advance(task_id, out.num_rows)
     return send.num_rows
+
+
+class ApiWriter:
+    """Ray Data callable for API models: the engine answers a batch, this commits its rows and the engine record
+    (the engine itself never touches the store)."""
+
+    def __init__(self, model, model_path: str, model_id: str, max_model_len: int, root_uri: str) -> None:
+        from longeval.engines.openai_compat import ApiPredictor
+
+        self.predictor = ApiPredictor(model, model_path, model_id, max_model_len)
+        self.root = RunRoot(root_uri)
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list]:
+        rows = self.predictor(batch)
+        self.root.write_part("predictions", pa.Table.from_pydict(rows, schema=PREDICTION_SCHEMA))
+        self.root.write_json(self.predictor.record_name, self.predictor.record())
+        return rows

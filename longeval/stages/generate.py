@@ -1,0 +1,144 @@
+"""The generate stage: shard specs in, instance shards out, on a Ray Data actor pool (tasks are pure; this is
+their edge to Ray and the store)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+
+import numpy as np
+import pyarrow as pa
+
+from longeval import interrupt
+from longeval.config import Config
+from longeval.plan import Plan, ShardSpec
+from longeval.records import INSTANCE_SCHEMA
+from longeval.runtime import NO_ACTOR_RESTARTS
+from longeval.store import RunRoot
+
+log = logging.getLogger(__name__)
+
+
+class ShardGenerator:
+    """Ray Data callable: shard specs in, one written instance shard each out.
+
+    An actor keeps the tokenizer and encoded corpora across shards, so start-up is paid once.
+    """
+
+    def __init__(self, cfg: Config, model_path: str, root_uri: str) -> None:
+        from longeval.instance_cache import InstanceCache, cache_uri
+
+        self.root = RunRoot(root_uri)
+        self.ctx = make_context(cfg, model_path)
+        self.cache = (InstanceCache(cache_uri(cfg.store.root, cfg.store.instance_cache))
+                      if cfg.store.cache_instances else None)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list]:
+        from longeval.instance_cache import shard_key
+
+        names, counts, cached = [], [], []
+        for i in range(len(batch["task"])):
+            spec = ShardSpec(**{k: _py(batch[k][i]) for k in ShardSpec.__dataclass_fields__})
+            key = shard_key(self.ctx, spec) if self.cache else None
+            table = self.cache.load(key) if self.cache else None
+            hit = table is not None
+            if table is None:
+                table = generate_shard(self.ctx, spec)
+                if self.cache:
+                    self.cache.save(key, table)
+            self.root.write_table("instances", spec.name, table)
+            names.append(spec.name)
+            counts.append(table.num_rows)
+            cached.append(hit)
+        return {"shard": names, "instances": counts, "cached": cached}
+
+
+def make_context(cfg: Config, model_path: str):
+    """The generation context for a run: the model's tokenizer, the prompt format, the data paths (and the
+    `plugins`, imported here too, so tasks they register exist in every generation actor)."""
+    from longeval.scoring.deadline import import_plugins
+    from longeval.tasks.base import DataPaths, GenContext
+    from longeval.text.render import prompt_format
+    from longeval.text.tokenizer import load_encoder
+
+    import_plugins(cfg.plugins)
+    return GenContext(encoder=load_encoder(model_path), fmt=prompt_format(cfg.model),
+                      data=DataPaths(**asdict(cfg.suite.data)), task_overrides=dict(cfg.suite.params))
+
+
+def _py(value):
+    return value.item() if hasattr(value, "item") else value
+
+
+def generate_shard(ctx, spec: ShardSpec) -> pa.Table:
+    """Instances [start, stop) of one task and length: pure, and the same with any sharding."""
+    from longeval.tasks import get_task
+    from longeval.tasks.base import context_rng, instance_rng, make_instance, output_budget
+
+    task = get_task(spec.task, ctx.task_overrides)
+    rows = []
+    for index in range(spec.start, spec.stop):
+        rng = instance_rng(spec.seed, task.key, spec.target_length, index)
+        shared = {"context_rng": context_rng(spec.seed, task.context_group, spec.target_length, index)} \
+            if task.context_group else {}
+        draft = task.generate(
+            ctx, task.params, target_length=spec.target_length,
+            max_new_tokens=output_budget(task, ctx.fmt, spec.target_length), rng=rng, index=index, **shared,
+        )
+        rows.append(make_instance(task, draft, ctx, target_length=spec.target_length, seed=spec.seed,
+                                  shard_index=spec.shard_index, index=index).to_row())
+    return pa.Table.from_pylist(rows, schema=INSTANCE_SCHEMA)
+
+
+
+
+
+
+def generate(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None) -> int:
+    """Write every missing instance shard; returns how many were written."""
+    import ray
+
+    done = root.shard_names("instances")
+    todo = [s for s in plan.shards if s.name not in done]
+    if not todo:
+        return 0
+    if len(todo) < len(plan.shards):
+        log.warning("resuming: %d of %d instance shards already written, %d to generate",
+                    len(plan.shards) - len(todo), len(plan.shards), len(todo))
+    size = max(1, min(cfg.cluster.generate_parallelism, len(todo)))
+    ds = ray.data.from_items([s.to_row() for s in todo]).map_batches(
+        ShardGenerator,
+        fn_constructor_kwargs={"cfg": cfg, "model_path": model_path, "root_uri": root.uri},
+        batch_size=1,
+        compute=ray.data.ActorPoolStrategy(size=size),
+        num_cpus=1,
+        **NO_ACTOR_RESTARTS,
+    )
+    task_id = progress.add_task("generate shards", total=len(todo)) if progress else None
+    written = hits = 0
+    for batch in ds.iter_batches(batch_size=1, batch_format="numpy"):
+        interrupt.check()
+        written += len(batch["shard"])
+        hits += int(np.sum(batch["cached"]))
+        if progress:
+            progress.advance(task_id, len(batch["shard"]))
+            if hits:
+                progress.update(task_id, description=f"generate shards ({hits} from cache)")
+    if hits:
+        log.info("%d of %d instance shards came from the instance cache", hits, written)
+    return written
+
+
+def preflight(cfg: Config, plan: Plan, model_path: str) -> None:
+    """Generate the first instance of every task at its shortest length on the driver, before any Ray work.
+
+    Bad data files, lengths too short for a template and similar mistakes then fail in a second with
+    their own message, instead of inside a Ray actor after the cluster has spun up.
+    """
+    ctx = make_context(cfg, model_path)
+    firsts: dict[str, ShardSpec] = {}
+    for shard in sorted(plan.shards, key=lambda s: s.target_length):
+        firsts.setdefault(shard.task, shard)
+    for shard in firsts.values():
+        one = ShardSpec(shard.task, shard.target_length, shard.seed, shard.shard_index, shard.start, shard.start + 1)
+        generate_shard(ctx, one)

@@ -1,0 +1,142 @@
+"""The summarise stage: scores in, the summary tables out (`summary/<name>` as Parquet and CSV, summary.json,
+status.json): the common tables, then each family's own (`Family.tables`), looped over, never named."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from longeval.aggregate import cumulative, error_table, headline, length_table, summarise
+from longeval.config import Config
+from longeval.plan import in_plan, make_plan
+from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
+from longeval.stages.infer import pending_predictions
+from longeval.store import RunRoot
+from longeval.tasks import FAMILIES, sampling
+
+log = logging.getLogger(__name__)
+
+
+SLICE_BY = ("model_id", "family", "task", "complexity", "target_length")
+"""Scores per instance configuration: SYNC's node and language counts, Michelangelo's complexity and IDK's
+known/unknown answers."""
+
+
+@dataclass
+class RunResult:
+    root: str
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    """The summary tables by name (`summary/<name>`): the common ones and those the suite's families declare."""
+    status: dict | None = None
+    """`run_status`: whether every planned shard and every instance's prediction is there."""
+    tracking: str | None = None
+    """Where the W&B run went (`tracking=wandb`), for the end of the output."""
+    adaptive: dict | None = None
+    """`suite.adaptive`: the per-cell and effective-length tables and the compute spent (longeval.adaptive_run)."""
+
+    @property
+    def summary(self) -> pa.Table | None:
+        return self.tables.get("tasks")
+
+    @property
+    def lengths(self) -> pa.Table | None:
+        return self.tables.get("lengths")
+
+    @property
+    def headline(self) -> pa.Table | None:
+        return self.tables.get("headline")
+
+    @property
+    def errors(self) -> pa.Table | None:
+        return self.tables.get("errors")
+
+
+def report(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> RunResult:
+    """Summaries per task x length, per length, and the headline numbers; written as Parquet, CSV, JSON."""
+    import pyarrow.csv as pacsv
+
+    if scores is None:
+        scores = root.read_stage("scores", SCORE_SCHEMA)
+    dropped = scores.num_rows
+    scores = scores.filter(pc.is_in(scores["instance_id"], value_set=planned_ids(cfg, root)))
+    if dropped > scores.num_rows:
+        log.warning("run root %s holds %d scored instances outside the current suite: left out of the summaries",
+                    root.uri, dropped - scores.num_rows)
+    summary = summarise(scores)
+    lengths = length_table(summary, scores=scores)
+    head = headline(lengths, threshold=cfg.suite.effective_threshold, scores=scores)
+    scheme = sampling()
+    weights = scheme.weights(cfg.suite.lengths, cfg.suite.subsets) if cfg.suite.subsets and scheme else None
+    curve = cumulative(scores, weights)
+    errors = error_table(scores)
+    tables = {"tasks": summary, "lengths": lengths, "headline": head, "cumulative": curve, "errors": errors}
+    if "complexity" in scores.column_names:
+        labelled = scores.filter(pc.not_equal(pc.fill_null(scores["complexity"], ""), ""))
+        if labelled.num_rows:
+            tables["slices"] = summarise(labelled, by=SLICE_BY)
+    present = set(summary["family"].to_pylist())
+    for family in FAMILIES.values():
+        if family.name in present and family.tables:
+            rows = rows_with_meta(root, scores, family.name)
+            tables.update({table.name: table.build(summary, rows) for table in family.tables})
+    for name, table in tables.items():
+        root.write_table("summary", name, table)
+        sink = pa.BufferOutputStream()
+        pacsv.write_csv(table, sink)
+        root.write_text(f"summary/{name}.csv", sink.getvalue().to_pybytes().decode("utf-8"))
+    root.write_json("summary.json", {name: table.to_pylist() for name, table in tables.items()})
+    status = run_status(cfg, root)
+    root.write_json("status.json", status)
+    return RunResult(root=root.uri, tables=tables, status=status)
+
+
+def run_status(cfg: Config, root: RunRoot) -> dict:
+    """Whether the run is complete: every planned instance shard committed and every instance (follow-up calls
+    included) with a final prediction. Summaries of an incomplete run are partial, and say so."""
+    planned = {spec.name for spec in make_plan(cfg, check_data=False).shards}
+    if cfg.suite.adaptive:  # an adaptive run plans its shards round by round: those written are the plan
+        planned &= root.shard_names("instances")
+    written = root.shard_names("instances") & planned
+    meta, done = pending_predictions(root)
+    ids = set(meta["instance_id"].to_pylist())
+    preds = root.read_stage("predictions", PREDICTION_SCHEMA, columns=["instance_id", "error"])
+    failed = {i for i, e in zip(preds["instance_id"].to_pylist(), preds["error"].to_pylist(), strict=True)
+              if e.startswith("engine_error")} - done
+    missing = ids - done
+    return {"complete": written == planned and not missing, "shards_planned": len(planned),
+            "shards_written": len(written), "instances": len(ids), "predicted": len(ids & done),
+            "engine_errors": len(failed & ids), "not_predicted": len(missing - failed)}
+
+
+def rows_with_meta(root: RunRoot, scores: pa.Table, family: str) -> dict[str, list[dict]]:
+    """One family's score rows with their instance's `meta` JSON, per model (for family-specific tables)."""
+    instances = root.read_stage("instances", INSTANCE_SCHEMA, columns=["instance_id", "family", "meta"])
+    mine = instances.filter(pc.equal(instances["family"], family))
+    meta = dict(zip(mine["instance_id"].to_pylist(), mine["meta"].to_pylist(), strict=True))
+    rows: dict[str, list[dict]] = {}
+    for row in scores.filter(pc.equal(scores["family"], family)).to_pylist():
+        rows.setdefault(row["model_id"], []).append({**row, "meta": meta.get(row["instance_id"], "{}")})
+    return dict(sorted(rows.items()))
+
+
+def planned_ids(cfg: Config, root: RunRoot) -> pa.Array:
+    """The instance ids of the current plan that the run root holds."""
+    cols = ["instance_id", "family", "task", "target_length", "seed", "index"]
+    return in_plan(cfg, root.read_stage("instances", INSTANCE_SCHEMA, columns=cols))["instance_id"]
+
+
+def summarise_root(root: RunRoot) -> RunResult:
+    """Write a scored run root's summaries with the config it stored (`config.yaml`): for `longeval report`
+    on a root that was scored but never summarised."""
+    from omegaconf import OmegaConf
+
+    from longeval.config import validate
+    from longeval.errors import StoreError
+
+    if not root.exists("config.yaml"):
+        raise StoreError(f"run root {root.uri} has scores but neither summary/ nor config.yaml; run "
+                         "`longeval report` with the overrides it was made with to write its summaries")
+    return report(validate(OmegaConf.create(root.read_text("config.yaml"))), root)
