@@ -2,7 +2,7 @@
 
 Each round takes, for every (task, length) cell still undecided, its next `suite.adaptive_round` shards (the
 same shard names, indices and instances as a full sweep's), and runs them through the pipeline's own stages:
-`pipeline.generate`, `infer.infer`, `pipeline.score`. Decisions (longeval.adaptive) are recomputed from the
+`stages.generate`, `stages.infer`, `stages.score`. Decisions (longeval.adaptive) are recomputed from the
 scores on disk before every round, so a crash resumes where it stopped, a finished root does no new inference,
 and the same seed gives the same decisions. Extending an adaptive root to the full sweep is a rerun with
 `suite.adaptive=false`: the missing shards are simply generated.
