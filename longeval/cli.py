@@ -297,7 +297,7 @@ def _probe(roots: list[str]) -> None:
 
     for uri in roots:
         root = RunRoot(uri)
-        if root.is_s3:
+        if root.local_path() is None:
             root.probe()
 
 

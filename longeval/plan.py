@@ -64,10 +64,6 @@ class Pool:
     placement: Placement | None = None
     """GPU planning's memory arithmetic and warnings; None without cluster.gpu."""
 
-    def kv_cache_gib(self, kv_bytes_per_token: int | None) -> float | None:
-        """KV memory one full-length sequence needs (layers x kv_heads x head_dim x 2 x 2 bytes per token)."""
-        return None if kv_bytes_per_token is None else kv_bytes_per_token * self.max_model_len / 2**30
-
     @property
     def warnings(self) -> tuple[str, ...]:
         return self.placement.warnings if self.placement is not None else ()

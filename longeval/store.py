@@ -182,10 +182,6 @@ class RunRoot:
         """The normalised run root: an absolute path, `file:///...` or `s3://bucket/prefix`."""
         return self._uri
 
-    @property
-    def is_s3(self) -> bool:
-        return self._kind == "s3"
-
     def path(self, *parts: str) -> str:
         """Where `parts` live under the root, as a URI-ish string for messages and logs."""
         rel = self._rel(*parts) if parts else ""

@@ -144,8 +144,9 @@ class LengthSummary:
     accuracy: tuple[float, ...]
     """Per length, percent, two decimals."""
     avg: float | None
-    wavg_inc: float | None
-    wavg_dec: float | None
+    length_wavg_inc: float | None
+    """TAIL's wAvg(inc): lengths weighted by their size. Not RULER's `wavg_inc` (weights by rank, 1..L)."""
+    length_wavg_dec: float | None
     ratio: float | None
     """Accuracy at the longest length / at the shortest, in percent (None when the shortest is 0)."""
 
@@ -161,7 +162,8 @@ def summarise_lengths(per_length: Mapping[int, float]) -> LengthSummary:
     dec = sum(w * v for w, v in zip(reversed(lengths), values, strict=True)) / total
     ratio = round(100.0 * values[-1] / values[0], 2) if values[0] else None
     return LengthSummary(lengths=lengths, accuracy=tuple(round(v, 2) for v in values),
-                         avg=round(sum(values) / len(values), 2), wavg_inc=round(inc, 2), wavg_dec=round(dec, 2),
+                         avg=round(sum(values) / len(values), 2), length_wavg_inc=round(inc, 2),
+                         length_wavg_dec=round(dec, 2),
                          ratio=ratio)
 
 

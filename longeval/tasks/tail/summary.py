@@ -37,7 +37,7 @@ def headline_table(tasks: pa.Table, rows: ScoreRows) -> pa.Table:
         judged = [r for r in model_rows if json.loads(r["meta"] or "{}").get("mapped_by") == "judge"]
         out.append({"model_id": model_id, "shortest": summary.lengths[0] if summary.lengths else None,
                     "longest": summary.lengths[-1] if summary.lengths else None, "avg": summary.avg,
-                    "wavg_inc": summary.wavg_inc, "wavg_dec": summary.wavg_dec, "ratio": summary.ratio,
+                    "wavg_inc": summary.length_wavg_inc, "wavg_dec": summary.length_wavg_dec, "ratio": summary.ratio,
                     "answers": len(model_rows), "judged": len(judged),
                     "judge_mapped": sum(1 for r in judged if r["error_type"] != "unmapped")})
     return pa.Table.from_pylist(out, schema=HEADLINE_SCHEMA)

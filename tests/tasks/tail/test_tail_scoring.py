@@ -118,8 +118,8 @@ def test_length_summary_by_hand() -> None:
     summary = length_summary(rows())
     assert summary.lengths == (8192, 16384) and summary.accuracy == (75.0, 25.0)
     assert summary.avg == 50.0
-    assert summary.wavg_inc == round((8192 * 75 + 16384 * 25) / 24576, 2) == 41.67
-    assert summary.wavg_dec == round((16384 * 75 + 8192 * 25) / 24576, 2) == 58.33
+    assert summary.length_wavg_inc == round((8192 * 75 + 16384 * 25) / 24576, 2) == 41.67
+    assert summary.length_wavg_dec == round((16384 * 75 + 8192 * 25) / 24576, 2) == 58.33
     assert summary.ratio == 33.33
 
 
@@ -132,7 +132,8 @@ def test_length_summary_by_hand() -> None:
 def test_table_2_columns(per_length: tuple[float, ...], expected: tuple[float, ...]) -> None:
     lengths = [8192, 16384, 32768, 65536, 98304, 131072]
     summary = summarise_lengths(dict(zip(lengths, per_length, strict=True)))
-    assert (summary.avg, summary.wavg_inc, summary.wavg_dec, summary.ratio) == pytest.approx(expected, abs=0.011)
+    got = (summary.avg, summary.length_wavg_inc, summary.length_wavg_dec, summary.ratio)
+    assert got == pytest.approx(expected, abs=0.011)
 
 
 def test_empty_and_zero() -> None:
