@@ -77,12 +77,10 @@ def _config(root: RunRoot) -> dict[str, Any]:
 
 
 def _select(config: dict[str, Any], dotted: str) -> Any:
-    node: Any = config
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
+    """A dotted key of the stored config, None when absent (an older or partial config.yaml)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(OmegaConf.create(config), dotted, default=None)
 
 
 def _read_parquet(root: RunRoot, name: str) -> pa.Table:
