@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import socket
 import sys
 import time
@@ -81,73 +80,59 @@ def job_exit_code(address: str, job_id: str, submit_status: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def _parent(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_bytes()
-    return int(stat.rsplit(b")", 1)[1].split()[1])  # the command name may hold spaces and parentheses
-
-
-def _ancestors() -> set[int]:
-    """This process and its ancestors: the shell that asks for a sweep carries the tag too."""
-    pid, seen = os.getpid(), set()
-    while pid > 1 and pid not in seen:
-        seen.add(pid)
-        try:
-            pid = _parent(pid)
-        except (OSError, ValueError, IndexError):
-            break
-    return seen
-
-
-def _start_ticks(pid: int) -> int:
-    """When `pid` started, in clock ticks since boot."""
-    stat = Path(f"/proc/{pid}/stat").read_bytes()
-    return int(stat.rsplit(b")", 1)[1].split()[19])
-
-
 def tagged_pids(tag: str, since_pid: int | None = None) -> list[int]:
     """Live processes on this machine whose environment holds LONGEVAL_RAY_TAG=tag, except our own ancestors and,
     with `since_pid`, processes older than that one: what the script with the tag started, not the shell or the
     `sbatch --wait` that handed the tag to it."""
-    needle = f"{TAG_VAR}={tag}".encode()
-    skip = _ancestors()
-    not_before = _start_ticks(since_pid) if since_pid else 0
+    import psutil
+
+    me = psutil.Process()
+    skip = {me.pid, *(p.pid for p in me.parents())}  # the shell that asks for a sweep carries the tag too
+    not_before = psutil.Process(since_pid).create_time() if since_pid else 0.0
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in skip:
+    for proc in psutil.process_iter():
+        if proc.pid in skip:
             continue
         try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes()  # empty for zombies: they are not counted
-            if needle in environ.split(b"\0") and _start_ticks(int(entry)) >= not_before:
-                found.append(int(entry))
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile
+            if proc.status() == psutil.STATUS_ZOMBIE:  # nothing left to stop
+                continue
+            if proc.environ().get(TAG_VAR) == tag and proc.create_time() >= not_before:
+                found.append(proc.pid)
+        except (psutil.Error, OSError):
+            continue  # gone meanwhile, or not ours to read
     return sorted(found)
 
 
-def _signal_all(pids: Iterable[int], sig: signal.Signals) -> None:
+def _signal_all(pids: Iterable[int], how: str) -> None:
+    import psutil
+
     for pid in pids:
-        with suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
+        with suppress(psutil.Error):
+            getattr(psutil.Process(pid), how)()
 
 
 def command_line(pid: int) -> str:
+    import psutil
+
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
+        return " ".join(psutil.Process(pid).cmdline()).strip()
+    except (psutil.Error, OSError):
         return ""
 
 
 def sweep(tag: str, since_pid: int | None = None, grace_s: float = 10.0) -> dict[int, str]:
     """SIGTERM the tagged processes (see `tagged_pids`), SIGKILL those still there after `grace_s`; returns what
     was found (pid: command line)."""
+
     found = {pid: command_line(pid) for pid in tagged_pids(tag, since_pid)}
     if not found:
         return {}
-    _signal_all(found, signal.SIGTERM)
+    _signal_all(found, "terminate")
+    # Polled, not waited for (psutil.wait_procs would reap our own children and hide their exit status).
     deadline = time.monotonic() + grace_s
     while (left := tagged_pids(tag, since_pid)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    _signal_all(left, signal.SIGKILL)
+    _signal_all(left, "kill")
     return found
 
 
