@@ -52,10 +52,10 @@ def test_run_evaluates_a_built_benchmark_per_depth_and_length(tmp_path, tiny_mod
     instances = RunRoot(cfg.run_root).read_stage("instances", INSTANCE_SCHEMA).to_pylist()
     assert len(instances) == 8 and all(i["input_tokens"] + i["max_new_tokens"] <= i["target_length"]
                                        for i in instances)
-    grid = result.tail_grid.to_pylist()
+    grid = result.tables["tail_grid"].to_pylist()
     assert {(c["target_length"], c["depth"]) for c in grid} == {(n, d) for n in (2048, 4096) for d in (25.0, 75.0)}
     assert all(c["n"] == 2 for c in grid)
-    (head,) = result.tail.to_pylist()
+    (head,) = result.tables["tail_headline"].to_pylist()
     assert (head["shortest"], head["longest"]) == (2048, 4096)
     assert head["avg"] is not None and 0 <= head["avg"] <= 100
 
@@ -80,7 +80,7 @@ def test_the_judge_maps_what_the_parser_cannot(tmp_path, tiny_model_path):
     scores = root.read_stage("scores", SCORE_SCHEMA).to_pylist()
     assert len(scores) == 4  # every question counts once: its judge call when it had one, else its first call
     judged_ids = {i["instance_id"] for i in judged}
-    (head,) = result.tail.to_pylist()
+    (head,) = result.tables["tail_headline"].to_pylist()
     assert head["answers"] == 4 and head["judged"] == len(judged_ids)
     assert head["judge_mapped"] == sum(1 for s in scores if s["instance_id"] in judged_ids
                                        and s["error_type"] != "unmapped")

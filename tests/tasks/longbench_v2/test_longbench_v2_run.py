@@ -31,7 +31,7 @@ def test_zero_shot_run_truncates_scores_and_breaks_down(tmp_path, tiny_model_pat
     assert len(truncated) == 1 and "Which statement about document 0 is right?" in truncated[0]["prompt"]
     scores = root.read_stage("scores", SCORE_SCHEMA).to_pylist()
     assert len(scores) == 6 and all(s["error_type"] in ("", "wrong", "invalid", "null") for s in scores)
-    rows = {(r["split"], r["group"]): r for r in result.breakdown.to_pylist()}
+    rows = {(r["split"], r["group"]): r for r in result.tables["longbench_v2"].to_pylist()}
     assert rows[("overall", "overall")]["n"] == 6
     assert rows[("difficulty", "easy")]["n"] == rows[("difficulty", "hard")]["n"] == 3
     invalid = sum(s["error_type"] in ("invalid", "null") for s in scores)
@@ -60,7 +60,7 @@ def test_cot_asks_twice_and_scores_only_the_answer_call(tmp_path, tiny_model_pat
         assert outputs[parent["instance_id"]].strip() in answer["prompt"]  # the chain of thought is quoted
     scores = root.read_stage("scores", SCORE_SCHEMA)
     assert sorted(scores["instance_id"].to_pylist()) == sorted(a["instance_id"] for a in answers)
-    assert result.breakdown.to_pylist()[0]["n"] == 4
+    assert result.tables["longbench_v2"].to_pylist()[0]["n"] == 4
     # a rerun finds every chain complete: nothing new is generated or sent
     assert run(cfg).summary.equals(result.summary)
     assert len(root.read_stage("instances", INSTANCE_SCHEMA)) == 8

@@ -30,7 +30,7 @@ def test_a_run_writes_scores_slices_curves_and_chance_rates(tmp_path, tiny_model
     assert all(labels and "" not in labels for labels in by_task.values())
     slices = root.read_json("summary.json")["slices"]
     assert sum(r["n"] for r in slices) == 9
-    assert {r["task"] for r in result.chance.to_pylist()} == {"latent_list", "mrcr", "idk"}
+    assert {r["task"] for r in result.tables["chance"].to_pylist()} == {"latent_list", "mrcr", "idk"}
     # the instances of a task share its few-shot prefix (about 300 tokens for Latent List, 400 for MRCR) and
     # reach the engine together, so all but the first find it in vLLM's prefix cache
     cached = {p["instance_id"]: p["cached_prompt_tokens"]
