@@ -237,7 +237,7 @@ class Config:
     the suite's tasks, lengths, samples, seed and params (`suite_hash`)."""
     plugins: list[str] = field(default_factory=list)
     """Modules imported before planning and scoring, on the driver and in the scoring processes: they may
-    register tasks (`longeval.tasks.TASKS`) and judges (`longeval.tasks.JUDGES`)."""
+    register families of tasks with their judges (`longeval.tasks.register`)."""
 
     @property
     def run_root(self) -> str:

@@ -1,6 +1,6 @@
 """Experiment tracking: one Weights & Biases run per (model, suite) job, next to the run root.
 
-Two layers. The pure one turns what `pipeline.report` wrote into payloads — `summary_metrics`,
+Two layers. The pure one turns what the summarise stage wrote into payloads — `summary_metrics`,
 `length_history`, `instance_tables`, `plot_specs`, `config_payload` — with key names built by the
 `*_key` functions below, which `longeval.dashboards` uses too, so a dashboard can never ask for a key that
 is not logged. The thin side-effect layer (`WandbTracker`) hands those payloads to wandb and records each
@@ -199,7 +199,7 @@ def result_table_key(name: str) -> str:
 
 
 def load_tables(root: RunRoot) -> dict[str, pa.Table]:
-    """Every `summary/<name>.parquet` that `pipeline.report` wrote, by name (local or s3://)."""
+    """Every `summary/<name>.parquet` that the summarise stage wrote, by name (local or s3://)."""
     import pyarrow.parquet as pq
 
     return {name: pq.read_table(pa.BufferReader(root.read_bytes(f"summary/{name}.parquet")))

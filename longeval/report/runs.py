@@ -28,7 +28,7 @@ __all__ = ["SUMMARY_NAMES", "RunData", "family_rows", "has_rows", "instance_rows
 
 COMMON_SUMMARY_NAMES = ("tasks", "lengths", "headline", "cumulative", "errors", "slices")
 SUMMARY_NAMES = COMMON_SUMMARY_NAMES + tuple(t.name for f in FAMILIES.values() for t in f.tables)
-"""The summary tables `pipeline.report` writes, in the order a report reads them: the common ones, then those
+"""The summary tables the summarise stage writes, in the order a report reads them: the common ones, then those
 the families declare."""
 ADAPTIVE_SUMMARY_NAMES = ("adaptive", "adaptive_lengths")
 """Written besides them by an adaptive run (`longeval.adaptive_run`), read when present."""
@@ -56,7 +56,7 @@ class RunData:
     """What a reader must know to compare this run's numbers elsewhere (see `essay_note`)."""
     """True when the summaries were missing and computed (and written) while loading."""
     status: dict[str, Any] | None = None
-    """The run's status.json (`pipeline.run_status`): whether every planned instance has its prediction."""
+    """The run's status.json (`stages.summarise.run_status`): whether every planned instance has its prediction."""
 
     @property
     def incomplete(self) -> bool:
