@@ -34,7 +34,7 @@ from longeval.errors import ConfigError
 from longeval.plan import Plan, ShardSpec, make_plan, samples_per_length
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
 from longeval.stages.generate import generate
-from longeval.stages.infer import infer
+from longeval.stages.infer import Engines, infer
 from longeval.stages.score import score
 from longeval.store import RunRoot
 from longeval.tasks import skill_group
@@ -133,24 +133,32 @@ def round_shards(cfg: Config, states: list[CellState]) -> list[ShardSpec]:
 
 
 def run_rounds(cfg: Config, root: RunRoot, model_path: str, progress=None) -> int:
-    """Rounds until every cell is decided, capped or stopped by the confirmation rule; returns rounds run now."""
+    """Rounds until every cell is decided, capped or stopped by the confirmation rule; returns rounds run now.
+
+    The engines stay up from round to round (`stages.infer.Engines`), sized once from the suite's plan.
+    """
     full = make_plan(cfg, check_data=False)
-    # A round cut short (shards generated, some not inferred) is finished first, so the decisions that follow
-    # see whole rounds, as in an uninterrupted run; with nothing pending no engine starts.
-    infer(cfg, Plan(shards=(), pools=full.pools), root, model_path, progress)
-    rounds = 0
-    while True:
-        states = _states(cfg, full, read_cells(root, score(cfg, root)))
-        shards = round_shards(cfg, states)
-        if not shards:
-            log.info("adaptive: every cell decided or capped after %d new round(s)", rounds)
-            return rounds
-        open_cells = len({(s.task, s.target_length) for s in shards})
-        log.info("adaptive round: %d shards for %d open cells", len(shards), open_cells)
-        plan = Plan(shards=tuple(shards), pools=full.pools)
-        generate(cfg, plan, root, model_path, progress)
-        infer(cfg, plan, root, model_path, progress)
-        rounds += 1
+    engines = Engines(cfg, root, model_path, planned=True)
+    try:
+        # A round cut short (shards generated, some not inferred) is finished first, so the decisions that follow
+        # see whole rounds, as in an uninterrupted run; with nothing pending no engine starts.
+        infer(cfg, Plan(shards=(), pools=full.pools), root, model_path, progress, engines=engines)
+        rounds = 0
+        while True:
+            states = _states(cfg, full, read_cells(root, score(cfg, root)))
+            shards = round_shards(cfg, states)
+            if not shards:
+                log.info("adaptive: every cell decided or capped after %d new round(s); %d engine start(s)", rounds,
+                         engines.started)
+                return rounds
+            open_cells = len({(s.task, s.target_length) for s in shards})
+            log.info("adaptive round: %d shards for %d open cells", len(shards), open_cells)
+            plan = Plan(shards=tuple(shards), pools=full.pools)
+            generate(cfg, plan, root, model_path, progress)
+            infer(cfg, plan, root, model_path, progress, engines=engines)
+            rounds += 1
+    finally:
+        engines.close()
 
 
 # -- the summary tables -----------------------------------------------------------------------------

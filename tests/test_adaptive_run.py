@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +63,9 @@ def test_adaptive_run_stops_decided_cells_and_resumes_without_inference(tmp_path
         assert cell["ci_high"] < 85.6 and cell["tokens"] > 0
     names = root.shard_names("instances")
     assert len(names) == 4 * 2  # two rounds of one shard per cell, out of 4 in the full sweep
+    # one engine served both rounds: started once (one record), ran twice
+    records = [json.loads(p.read_text()) for p in (Path(cfg.run_root) / "engines").glob("*.json")]
+    assert len(records) == 1 and records[0]["stats"]["runs"] == 2, records
     compute = result.adaptive["compute"]
     assert compute["instances"] == 24 and compute["full_instances"] == 48 and 0 < compute["token_share"] < 0.6
     # the planner's GPU-hours (longeval.cost) on the default GPU, since this CPU run names none

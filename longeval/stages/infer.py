@@ -6,6 +6,9 @@ GPUs, so Ray places and sees every rank). The driver splits the pool's prompts o
 its whole list; the replica keeps its engine full (`VllmEngine.stream`) and a writer thread commits finished
 predictions to the run root while the engine computes, so a kill -9 loses only the rows in flight.
 
+Engines live for one `infer` call (its follow-up calls reuse them) or, kept in an `Engines` object, for
+an adaptive run's rounds.
+
 A replica whose engine dies (vLLM's EngineDeadError, the actor killed, its node lost) is started again on the
 prompts it had not finished, up to `cluster.engine_restarts` times; then those prompts are recorded as engine
 errors, counted, and retried by the next run. Models behind an HTTP API keep the Ray Data path
@@ -31,7 +34,7 @@ from longeval import interrupt
 from longeval.config import Config
 from longeval.dispatch import Work, assign
 from longeval.errors import LongevalError
-from longeval.plan import Plan, Pool, in_plan
+from longeval.plan import Plan, Pool, in_plan, suite_seq_tokens
 from longeval.plan import size_pool as plan_size_pool
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, Prediction
 from longeval.store import RunRoot
@@ -56,19 +59,30 @@ def final_ids(root: RunRoot) -> set[str]:
     return set(preds.filter(final)["instance_id"].to_pylist())
 
 
-def infer(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None) -> int:
+def infer(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None, *,
+          engines: Engines | None = None) -> int:
     """Run every instance without a final prediction, then the second calls of two-call tasks
-    (`longeval.followup`) until every chain is complete; returns how many prompts were handled."""
+    (`longeval.followup`) until every chain is complete; returns how many prompts were handled.
+
+    `engines`: replicas kept from an earlier call (an adaptive run's rounds); without it, the engines live for
+    this call only (the follow-up calls reuse them).
+    """
     from longeval.followup import write_followups
 
     plan.check_fits()  # a pool whose sequence fits on no GPU split fails here, not after an engine start
-    ran = _infer_round(cfg, plan, root, model_path, progress)
-    while write_followups(cfg, root, model_path):
-        ran += _infer_round(cfg, plan, root, model_path, progress)
+    own = engines is None
+    engines = engines if engines is not None else Engines(cfg, root, model_path)
+    try:
+        ran = _infer_round(cfg, plan, root, engines, progress)
+        while write_followups(cfg, root, model_path):
+            ran += _infer_round(cfg, plan, root, engines, progress)
+    finally:
+        if own:
+            engines.close()
     return ran
 
 
-def _infer_round(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None) -> int:
+def _infer_round(cfg: Config, plan: Plan, root: RunRoot, engines: Engines, progress=None) -> int:
     meta, done = pending_predictions(root)
     meta = in_plan(cfg, meta)  # a root reused with a smaller suite keeps other instances, which are not run
     ran = 0
@@ -83,9 +97,11 @@ def _infer_round(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progre
         send = record_too_long(cfg, pool, todo, root)
         ran += todo.num_rows - send.num_rows
         if send.num_rows:
-            pool = size_pool(cfg, pool, mine)
-            ran += (_infer_api if cfg.model.engine == "openai" else _infer_vllm)(cfg, pool, send, root, model_path,
-                                                                                   progress)
+            pool = engines.size(pool, mine)
+            if cfg.model.engine == "openai":
+                ran += _infer_api(cfg, pool, send, root, engines.model_path, progress)
+            else:
+                ran += _infer_vllm(cfg, engines.replicas(pool), send, progress)
     return ran
 
 
@@ -150,7 +166,8 @@ class Replica:
         self.node = ray.get_runtime_context().get_node_id()
         self.engine = VllmEngine(model, model_path, max_model_len)
         self.root = RunRoot(root_uri)
-        self.written = 0
+        self.writer: _Writer | None = None
+        self.runs = 0
         self.info = {**self.engine.info, "replica": name, "node": self.node}
         started = int(time.time())
         self.record = f"engines/{name.replace('/', '-')}-{self.info['host']}-{os.getpid()}-{started}.json"
@@ -160,19 +177,22 @@ class Replica:
         return self.info
 
     def progress(self) -> int:
-        return self.written
+        """Rows the current (or last) `run` has committed."""
+        return self.writer.count if self.writer is not None else 0
 
     def run(self, work: list[tuple[str, str]], inflight: int | None = None) -> dict:
-        """Run `(instance_id, shard prefix)` pairs in this order; returns the engine's figures."""
+        """Run `(instance_id, shard prefix)` pairs in this order; returns the engine's figures (its whole life's,
+        with `runs`: an engine kept across adaptive rounds runs once per round)."""
         began = time.perf_counter()
-        writer = _Writer(self.root, extra={"model_id": self.model_id, "replica": self.name, "node": self.node})
+        self.writer = _Writer(self.root, extra={"model_id": self.model_id, "replica": self.name, "node": self.node})
         try:
             for rows in self.engine.stream(self._requests(work), inflight=inflight):
-                writer.put(rows)
+                self.writer.put(rows)
         finally:
-            self.written += writer.close()
-        # run_s: first request to last prediction committed, what the pool's work cost once the engine was up.
-        stats = {**self.engine.stats.record(), "run_s": round(time.perf_counter() - began, 3)}
+            self.writer.close()
+        self.runs += 1
+        # run_s: first request to last prediction committed, what this work cost once the engine was up.
+        stats = {**self.engine.stats.record(), "runs": self.runs, "run_s": round(time.perf_counter() - began, 3)}
         self.root.write_json(self.record, {**self.info, "stats": stats})
         return stats
 
@@ -286,11 +306,162 @@ def actor_options(pool: Pool, group: Any) -> dict[str, Any]:
     }
 
 
-def _infer_vllm(cfg: Config, pool: Pool, send: pa.Table, root: RunRoot, model_path: str, progress) -> int:
+RESERVE_CPUS = 1.0
+"""CPUs kept free of engines while other pools' engines wait: the generate and score stages run between
+inference rounds and would wait forever for a CPU."""
+
+
+class Engines:
+    """The infer stage's live engine replicas, per pool, kept until `close`.
+
+    An adaptive run keeps one `Engines` for all its rounds, so a round reuses warm engines instead of paying
+    the engine start (minutes for a large model on GPUs) again; a plain run keeps them for one `infer` call
+    (its follow-up calls). A pool is reused while its sized settings stay the same, so an adaptive run sizes
+    pools from the suite's plan (`planned=True`), which does not grow round by round. A pool whose placement
+    needs room another live pool holds stops that one first (least recently used), and `RESERVE_CPUS` stay free.
+    """
+
+    def __init__(self, cfg: Config, root: RunRoot, model_path: str, *, planned: bool = False) -> None:
+        self.cfg, self.root, self.model_path, self.planned = cfg, root, model_path, planned
+        self.live: OrderedDict[str, PoolReplicas] = OrderedDict()
+        self.started = 0
+        """Engines started in this object's life (restarts included)."""
+
+    def size(self, pool: Pool, instances: pa.Table) -> Pool:
+        """The pool sized for its sequences: the suite's planned ones (`planned`) or the instances on disk."""
+        if self.planned:
+            return plan_size_pool(self.cfg, pool, suite_seq_tokens(self.cfg, pool))
+        return size_pool(self.cfg, pool, instances)
+
+    def replicas(self, pool: Pool) -> PoolReplicas:
+        """The live replicas of `pool`, or a new set when it has none or its settings changed."""
+        live = self.live.pop(pool.name, None)
+        if live is not None and live.pool == pool:
+            self.live[pool.name] = live  # most recently used last
+            return live
+        if live is not None:
+            live.close()
+        self._make_room(pool)
+        replicas = PoolReplicas(self, pool)
+        self.live[pool.name] = replicas
+        return replicas
+
+    def _make_room(self, pool: Pool) -> None:
+        import ray
+
+        total = ray.cluster_resources()
+        reserve = {"CPU": RESERVE_CPUS}
+
+        def fits() -> bool:
+            held: dict[str, float] = {}
+            for other in self.live.values():
+                for key, value in other.resources().items():
+                    held[key] = held.get(key, 0.0) + value
+            need = PoolReplicas.needs(pool)
+            return all(total.get(k, 0.0) - held.get(k, 0.0) - v - reserve.get(k, 0.0) >= 0 for k, v in need.items())
+
+        while self.live and not fits():
+            name, oldest = self.live.popitem(last=False)
+            log.info("stopping %s's engines to make room for %s", name, pool.name)
+            oldest.close()
+
+    def close(self) -> None:
+        while self.live:
+            _, replicas = self.live.popitem(last=False)
+            replicas.close()
+
+
+class PoolReplicas:
+    """A pool's replica actors, each in a placement group of its own, started on demand and kept until closed."""
+
+    def __init__(self, engines: Engines, pool: Pool) -> None:
+        self.engines, self.pool = engines, pool
+        cfg = engines.cfg
+        self.model = replace(cfg.model, **pool.engine_overrides(cfg.model))
+        self.groups: dict[int, Any] = {}
+        self.actors: dict[int, Any] = {}
+        self.restarts: dict[int, int] = {}
+
+    @staticmethod
+    def needs(pool: Pool) -> dict[str, float]:
+        """What all of a pool's replicas hold in Ray resources."""
+        spec, _ = bundles(pool)
+        out: dict[str, float] = {}
+        for bundle in spec:
+            for key, value in bundle.items():
+                out[key] = out.get(key, 0.0) + value * pool.replicas
+        return out
+
+    def resources(self) -> dict[str, float]:
+        return self.needs(self.pool) if self.groups else {}
+
+    def name(self, k: int) -> str:
+        return f"{self.pool.name}/r{k}"
+
+    def start(self, ks: list[int]) -> dict[int, Any]:
+        """Replicas `ks`, started (all engines loading at once) where they are not live; returns them ready."""
+        import ray
+        from ray.util import placement_group
+
+        for k in ks:
+            if k not in self.groups:
+                spec, strategy = bundles(self.pool)
+                self.groups[k] = placement_group(spec, strategy=strategy,
+                                                 name=f"longeval-{self.name(k)}-{os.getpid()}")
+        new = [k for k in ks if k not in self.actors]
+        timeout = self.engines.cfg.cluster.placement_timeout_s
+        waiting = [self.groups[k].ready() for k in new]
+        ready, _ = ray.wait(waiting, num_returns=len(waiting), timeout=timeout)
+        if len(ready) < len(waiting):
+            spec, _ = bundles(self.pool)
+            raise LongevalError(
+                f"{self.pool.name}: {len(waiting) - len(ready)} of {len(waiting)} replicas could not be placed "
+                f"within {timeout:.0f} s; each needs {spec}, the cluster has {ray.available_resources()} free. "
+                "Lower cluster.replicas or model.tensor_parallel_size, add nodes, or raise "
+                "cluster.placement_timeout_s while an autoscaler adds them")
+        cfg = self.engines.cfg
+        created = {}
+        for k in new:
+            restarts = self.restarts.get(k, 0)
+            created[k] = ray.remote(Replica).options(**actor_options(self.pool, self.groups[k])).remote(
+                self.model, self.engines.model_path, cfg.model.name, self.pool.max_model_len, self.engines.root.uri,
+                self.name(k) + (f"#{restarts}" if restarts else ""))
+            self.engines.started += 1
+        for k, actor in created.items():
+            try:
+                ray.get(actor.ready.remote())
+            except ray.exceptions.RayError as exc:
+                for other in created.values():
+                    ray.kill(other, no_restart=True)
+                raise LongevalError(f"the engine of {self.name(k)} failed to start: {_cause(exc)}") from exc
+        self.actors.update(created)
+        return {k: self.actors[k] for k in ks}
+
+    def replace(self, k: int) -> None:
+        """Stop replica `k` (dead or dying); the next `start` starts it again in the same placement group."""
+        import ray
+
+        actor = self.actors.pop(k, None)
+        if actor is not None:
+            ray.kill(actor, no_restart=True)
+        self.restarts[k] = self.restarts.get(k, 0) + 1
+
+    def close(self) -> None:
+        import ray
+
+        for actor in self.actors.values():
+            ray.kill(actor, no_restart=True)
+        for group in self.groups.values():
+            ray.util.remove_placement_group(group)
+        self.actors.clear()
+        self.groups.clear()
+
+
+def _infer_vllm(cfg: Config, replicas: PoolReplicas, send: pa.Table, progress) -> int:
+    pool = replicas.pool
     work = assign(schedule(send), pool.replicas)
-    model = replace(cfg.model, **pool.engine_overrides(cfg.model))
     task_id = progress.add_task(f"infer {pool.name}", total=send.num_rows) if progress else None
-    driver = _PoolDriver(cfg, pool, model, model_path, root, work)
+    driver = _PoolDriver(cfg, replicas, work)
     try:
         driver.start()
         shown = 0
@@ -303,63 +474,32 @@ def _infer_vllm(cfg: Config, pool: Pool, send: pa.Table, root: RunRoot, model_pa
                 shown = done
         if progress and send.num_rows > shown:
             progress.advance(task_id, send.num_rows - shown)
-    finally:
-        driver.stop()
+    except BaseException:
+        replicas.close()  # an engine in the middle of a list is not reused: the next call starts afresh
+        raise
     log.info("%s: %s", pool.name, driver.stats)
     return send.num_rows
 
 
 class _PoolDriver:
-    """Starts a pool's replicas in their placement groups, runs their lists, restarts the ones that die."""
+    """Runs a pool's work lists on its replicas and restarts the ones that die."""
 
-    def __init__(self, cfg: Config, pool: Pool, model, model_path: str, root: RunRoot, work: list[list[Work]]):
-        self.cfg, self.pool, self.model, self.model_path, self.root = cfg, pool, model, model_path, root
+    def __init__(self, cfg: Config, replicas: PoolReplicas, work: list[list[Work]]):
+        self.cfg, self.replicas, self.root = cfg, replicas, replicas.engines.root
         self.work = {k: w for k, w in enumerate(work) if w}
-        self.groups: dict[int, Any] = {}
-        self.actors: dict[int, Any] = {}
         self.runs: dict[Any, int] = {}
-        self.restarts: dict[int, int] = dict.fromkeys(self.work, 0)
+        self.failures: dict[int, int] = dict.fromkeys(self.work, 0)
         self.finished: dict[int, int] = dict.fromkeys(self.work, 0)
         """Rows each replica finished in earlier lives (all of them once its run returned)."""
         self.stats: dict[str, dict] = {}
 
-    def name(self, k: int) -> str:
-        return f"{self.pool.name}/r{k}"
-
     def start(self) -> None:
-        import ray
-        from ray.util import placement_group
-
-        for k in self.work:
-            spec, strategy = bundles(self.pool)
-            self.groups[k] = placement_group(spec, strategy=strategy, name=f"longeval-{self.name(k)}-{os.getpid()}")
-        timeout = self.cfg.cluster.placement_timeout_s
-        ready, _ = ray.wait([g.ready() for g in self.groups.values()], num_returns=len(self.groups), timeout=timeout)
-        if len(ready) < len(self.groups):
-            spec, _ = bundles(self.pool)
-            raise LongevalError(
-                f"{self.pool.name}: {len(self.groups) - len(ready)} of {len(self.groups)} replicas could not be placed "
-                f"within {timeout:.0f} s; each needs {spec}, the cluster has {ray.available_resources()} free. "
-                "Lower cluster.replicas or model.tensor_parallel_size, add nodes, or raise "
-                "cluster.placement_timeout_s while an autoscaler adds them")
         self._launch({k: self.work[k] for k in self.work})
 
     def _launch(self, work: dict[int, list[Work]]) -> None:
-        """Start replicas, all engines loading at once, and hand each its list as soon as it is up."""
-        import ray
-
-        created = {k: ray.remote(Replica).options(**actor_options(self.pool, self.groups[k])).remote(
-            self.model, self.model_path, self.cfg.model.name, self.pool.max_model_len, self.root.uri,
-            self.name(k) + (f"#{self.restarts[k]}" if self.restarts[k] else "")) for k in work}
-        for k, actor in created.items():
-            try:
-                ray.get(actor.ready.remote())
-            except ray.exceptions.RayError as exc:
-                for other in created:
-                    if other not in self.actors:  # the ones already running are stopped by `stop`
-                        ray.kill(created[other], no_restart=True)
-                raise LongevalError(f"the engine of {self.name(k)} failed to start: {_cause(exc)}") from exc
-            self.actors[k] = actor
+        """Start (or reuse) replicas and hand each its list."""
+        actors = self.replicas.start(list(work))
+        for k, actor in actors.items():
             self.runs[actor.run.remote([(w.instance_id, w.shard) for w in work[k]], self.cfg.cluster.inflight)] = k
 
     def running(self) -> bool:
@@ -372,30 +512,28 @@ class _PoolDriver:
         for ref in ready:
             k = self.runs.pop(ref)
             try:
-                self.stats[self.name(k)] = ray.get(ref)
+                self.stats[self.replicas.name(k)] = ray.get(ref)
                 self.finished[k] = len(self.work[k])
             except ray.exceptions.RayError as exc:
                 self._restart(k, exc)
 
     def _restart(self, k: int, exc: BaseException) -> None:
-        import ray
-
         interrupt.check()  # engines in the terminal's process group die of the same Ctrl-C: stop, don't restart
-        ray.kill(self.actors.pop(k), no_restart=True)
+        self.replicas.replace(k)
         done = final_ids(self.root)
         left = [w for w in self.work[k] if w.instance_id not in done]
         self.finished[k] = len(self.work[k]) - len(left)
         if not left:
             return
-        self.restarts[k] += 1
-        if self.restarts[k] > self.cfg.cluster.engine_restarts:
+        self.failures[k] += 1
+        name = self.replicas.name(k)
+        if self.failures[k] > self.cfg.cluster.engine_restarts:
             log.error("%s failed %d times; its %d unfinished prompts are recorded as engine errors (a rerun retries "
-                      "them): %s", self.name(k), self.restarts[k], len(left), _cause(exc))
-            self._record_failed(left, f"{ENGINE_ERROR}: {self.name(k)} failed {self.restarts[k]} times: {_cause(exc)}")
+                      "them): %s", name, self.failures[k], len(left), _cause(exc))
+            self._record_failed(left, f"{ENGINE_ERROR}: {name} failed {self.failures[k]} times: {_cause(exc)}")
             self.finished[k] = len(self.work[k])
             return
-        log.warning("%s died (%s); starting it again on its %d unfinished prompts", self.name(k), _cause(exc),
-                    len(left))
+        log.warning("%s died (%s); starting it again on its %d unfinished prompts", name, _cause(exc), len(left))
         self._launch({k: left})
 
     def _record_failed(self, left: list[Work], error: str) -> None:
@@ -405,11 +543,11 @@ class _PoolDriver:
         self.root.write_part("predictions", pa.Table.from_pylist(rows, schema=PREDICTION_SCHEMA))
 
     def progress(self) -> int:
-        """Rows written so far by the whole pool."""
+        """Rows written so far by the pool in this call."""
         import ray
 
-        live = {k: self.actors[k] for k in self.runs.values()}
-        refs = {self.actors[k].progress.remote(): k for k in live}
+        live = {k: self.replicas.actors[k] for k in self.runs.values() if k in self.replicas.actors}
+        refs = {actor.progress.remote(): k for k, actor in live.items()}
         counts = dict.fromkeys(live, 0)
         ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=5.0) if refs else ([], [])
         for ref in ready:
@@ -418,14 +556,6 @@ class _PoolDriver:
             except ray.exceptions.RayError:
                 continue  # dead: `wait` restarts it
         return sum(self.finished.values()) + sum(counts.values())
-
-    def stop(self) -> None:
-        import ray
-
-        for actor in self.actors.values():
-            ray.kill(actor, no_restart=True)
-        for group in self.groups.values():
-            ray.util.remove_placement_group(group)
 
 
 def _cause(exc: BaseException) -> str:
