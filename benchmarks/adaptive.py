@@ -78,6 +78,27 @@ def replay(cells: Mapping[tuple[str, int], np.ndarray], tokens: Mapping[tuple[st
     return Outcome(effective=effective, tokens=spent, instances=sum(used.values()), gpu_seconds=seconds)
 
 
+def oracle_share(cells: Mapping[tuple[str, int], np.ndarray], tokens: Mapping[tuple[str, int], np.ndarray],
+                 settings) -> float:
+    """The share of the full sweep's tokens an oracle would spend: a sequential test that knows each cell's
+    score distribution bets the growth-optimal (Kelly) constant fraction against the threshold and needs about
+    log(1 / alpha) / g* instances (Wald), g* = max over bets of E log(1 + bet (X - threshold)); never more than
+    the cap. No valid procedure that must learn the distribution does better on average: the floor to compare
+    the adaptive share with."""
+    from scipy.optimize import minimize_scalar
+
+    m, spent = settings.threshold, 0.0
+    total = sum(float(t.sum()) for t in tokens.values())
+    for key, x in cells.items():
+        y = np.clip(x, 0.0, 1.0) - m
+        lo, hi = -1 / (1 - m) + 1e-9, 1 / m - 1e-9
+        best = minimize_scalar(lambda b, y=y: -np.mean(np.log1p(b * y)), bounds=(lo, hi), method="bounded")
+        growth = -best.fun
+        n = len(x) if growth <= 0 else min(len(x), np.log(1 / settings.alpha) / growth)
+        spent += n * float(tokens[key].mean())
+    return spent / total
+
+
 def evaluate(name: str, cells, tokens, settings, *, replays: int, seed: int,
              costs: Mapping[tuple[str, int], float] | None = None) -> list[str]:
     """Replays of one set of cells; one printed line per task. `costs`: GPU-seconds of one instance per cell."""
@@ -90,6 +111,7 @@ def evaluate(name: str, cells, tokens, settings, *, replays: int, seed: int,
     if costs:
         full_seconds = sum(costs[k] * len(v) for k, v in cells.items())
         gpu = f" {100 * np.mean([o.gpu_seconds / full_seconds for o in outcomes]):7.1f}"
+    oracle = 100 * oracle_share(cells, tokens, settings)
     lines = []
     for task, want in full.items():
         got = [o.effective[task] for o in outcomes]
@@ -97,7 +119,7 @@ def evaluate(name: str, cells, tokens, settings, *, replays: int, seed: int,
         undecided = np.mean([g is None for g in got])
         wrong = 1 - same - undecided
         lines.append(f"{name:<24} {task:<22} {want:>7} {100 * same:6.1f} {100 * undecided:6.1f} {100 * wrong:6.1f}"
-                     f" {100 * share.mean():7.1f} {100 * share.max():7.1f}{gpu}")
+                     f" {100 * share.mean():7.1f} {100 * share.max():7.1f} {oracle:7.1f}{gpu}")
     return lines
 
 
@@ -143,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
 
     print(f"replays {args.replays}, round {args.round}, confidence {args.confidence}, threshold {args.threshold}")
     print(f"{'profile':<24} {'task':<22} {'full EL':>7} {'same%':>6} {'undec%':>6} {'wrong%':>6}"
-          f" {'tokens%':>7} {'max%':>7}" + ("" if args.root else f" {'GPU-h%':>7}"))
+          f" {'tokens%':>7} {'max%':>7} {'oracle%':>7}" + ("" if args.root else f" {'GPU-h%':>7}"))
     if args.root:
         from longeval.adaptive_run import read_cells
         from longeval.store import RunRoot
