@@ -15,10 +15,12 @@ not the run. Other failures become a `StoreError` that names the endpoint and wh
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import re
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +49,7 @@ __all__ = [
     "read_uri",
     "s3_endpoint_from_env",
     "stat",
+    "write_uri",
 ]
 
 log = logging.getLogger(__name__)
@@ -57,6 +60,8 @@ T = TypeVar("T")
 ENDPOINT_ENV_VARS = ("LONGEVAL_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 DEFAULT_PATIENCE_S = 300.0
 PATIENCE_ENV_VAR = "LONGEVAL_S3_PATIENCE_S"
+TMP_SUFFIX = ".tmp"
+"""A local atomic write's temp file is `.<name>.<random>.tmp` beside its target (dot-named: listings skip it)."""
 
 _AWS_CODE = re.compile(r"AWS Error (\w+)")
 _HTTP_STATUS = re.compile(r"HTTP status (\d{3})")
@@ -310,15 +315,38 @@ class Location:
 
         return self.call(f"read {self.path(rel)}", read)
 
+    def write_bytes(self, rel: str, data: bytes | pa.Buffer) -> None:
+        """Publish `data` at `rel` atomically: readers see the whole file or the old one, never a torn one."""
+        if self.kind == "local":
+            self._local_atomic(rel, data)
+        else:
+            self.put(rel, data)
+
     def put(self, rel: str, data: bytes | pa.Buffer) -> None:
-        """Upload `data` to `rel` as one stream; on S3 the object appears only once complete. (Local writes
-        that must be atomic rename a temp file instead: `longeval.store`.)"""
+        """Upload `data` to `rel` as one stream; on S3 the object appears only once complete."""
 
         def put() -> None:
             with self.fs.open_output_stream(self.full(rel)) as out:
                 out.write(data)
 
         self.call(f"write {self.path(rel)}", put)
+
+    def _local_atomic(self, rel: str, data: bytes | pa.Buffer) -> None:
+        """Write to a temp file beside the target, fsync, then rename over it (atomic on POSIX)."""
+        final = Path(self.base, rel)
+        tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex[:12]}{TMP_SUFFIX}")
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
+        except OSError as exc:
+            raise self.error(f"write {final}", exc) from exc
+        finally:
+            with contextlib.suppress(OSError):  # gone after the rename, or the folder never existed
+                tmp.unlink(missing_ok=True)
 
     def delete(self, rel: str) -> None:
         self.call(f"delete {self.path(rel)}", self.fs.delete_file, self.full(rel))
@@ -408,6 +436,13 @@ def read_uri(uri: str) -> bytes:
     if not folder.exists(rel):
         raise FileNotFoundError(uri)
     return folder.read_bytes(rel)
+
+
+def write_uri(uri: str, data: bytes | pa.Buffer) -> None:
+    """Write one file, a local path or `s3://bucket/key`, atomically (a temp file renamed, or one upload)."""
+    parent, _, name = uri.rstrip("/").rpartition("/")
+    folder = Location(parent or ".")
+    folder.write_bytes(folder.join(name), data)
 
 
 def stat(uri: str) -> pafs.FileInfo:

@@ -14,13 +14,10 @@ endpoint fails at once instead.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
-import os
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +33,6 @@ __all__ = ["LEGACY_STAGES", "RunRoot"]
 log = logging.getLogger(__name__)
 
 _PARQUET = ".parquet"
-_TMP_SUFFIX = ".tmp"
 _MANIFEST = "_manifest"
 LEGACY_STAGES = ("instances", "predictions", "scores", "summary")
 """The stages a run root written before commit records may hold (`RunRoot.adopt_legacy`)."""
@@ -86,7 +82,7 @@ class RunRoot:
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, compression="zstd")
         data = sink.getvalue()
-        self._write(self._rel(stage, name + _PARQUET), data)
+        self._loc.write_bytes(self._rel(stage, name + _PARQUET), data)
         record = {"rows": table.num_rows, "bytes": data.size, "sha256": hashlib.sha256(data).hexdigest()}
         self.write_bytes(self._commit_name(stage, name), json.dumps(record, sort_keys=True).encode("utf-8"))
 
@@ -240,7 +236,7 @@ class RunRoot:
 
     def write_bytes(self, name: str, data: bytes) -> None:
         """Write bytes at `<root>/<name>`, atomically."""
-        self._write(self._rel(name), data)
+        self._loc.write_bytes(self._rel(name), data)
 
     def read_text(self, name: str) -> str:
         return self.read_bytes(name).decode("utf-8")
@@ -261,27 +257,3 @@ class RunRoot:
 
     def _commit_name(self, stage: str, name: str) -> str:
         return f"{_MANIFEST}/{self._rel(stage)}/{name}.json"
-
-    def _write(self, rel: str, data: bytes | pa.Buffer) -> None:
-        """Publish `data` at `rel` atomically: a local temp file renamed into place, or one S3 upload."""
-        if self._loc.kind == "local":
-            self._local_atomic(rel, lambda f: f.write(data))
-        else:
-            self._loc.put(rel, data)
-
-    def _local_atomic(self, rel: str, write: Callable[[Any], object]) -> None:
-        """Write to a temp file beside the target, fsync, then rename over it (atomic on POSIX)."""
-        final = Path(self._loc.base, rel)
-        tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex[:12]}{_TMP_SUFFIX}")
-        try:
-            final.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
-                write(f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, final)
-        except OSError as exc:
-            raise self._loc.error(f"write {final}", exc) from exc
-        finally:
-            with contextlib.suppress(OSError):  # gone after the rename, or the folder never existed
-                tmp.unlink(missing_ok=True)

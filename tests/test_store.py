@@ -138,7 +138,7 @@ def test_a_disk_error_after_the_bytes_are_written_publishes_nothing(
     def disk_full(fd: int) -> None:  # injected fault: the disk fills up when the shard is flushed
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("longeval.store.os.fsync", disk_full)
+    monkeypatch.setattr("longeval.files.os.fsync", disk_full)
     with pytest.raises(StoreError, match="No space left"):
         root.write_table("predictions", "s0", predictions("m", 50))
     monkeypatch.undo()
