@@ -24,6 +24,8 @@ RULES: list[tuple[str, tuple[str, ...], str]] = [
     ("longeval.report", ("longeval.pipeline", "longeval.stages"), "the report reads results, never runs a stage"),
     ("longeval.dashboards", ("longeval.pipeline", "longeval.stages"), "dashboards read results"),
     ("longeval.text", ("longeval.tasks",), "text is below tasks"),
+    ("longeval.files", ("longeval.store", "longeval.tasks", "longeval.stages", "longeval.pipeline"),
+     "the file layer is below the run store and the tasks"),
 ]
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from longeval.errors import StoreError
 from longeval.records import PREDICTION_SCHEMA, Prediction
-from longeval.store import RunRoot, s3_endpoint_from_env
+from longeval.store import RunRoot
 
 
 def predictions(model: str, n: int, *, start: int = 0) -> pa.Table:
@@ -138,7 +138,7 @@ def test_a_disk_error_after_the_bytes_are_written_publishes_nothing(
     def disk_full(fd: int) -> None:  # injected fault: the disk fills up when the shard is flushed
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("longeval.store.os.fsync", disk_full)
+    monkeypatch.setattr("longeval.files.os.fsync", disk_full)
     with pytest.raises(StoreError, match="No space left"):
         root.write_table("predictions", "s0", predictions("m", 50))
     monkeypatch.undo()
@@ -209,30 +209,6 @@ def test_run_root_pickles_without_its_filesystem(root: RunRoot) -> None:
     clone = pickle.loads(pickle.dumps(root))
     assert clone.uri == root.uri
     assert clone.read_json("a.json") == [1]
-
-
-@pytest.mark.parametrize(
-    ("env", "expected"),
-    [
-        ({}, None),
-        ({"AWS_ENDPOINT_URL": "http://127.0.0.1:8333"}, ("http", "127.0.0.1:8333", "AWS_ENDPOINT_URL")),
-        (
-            {"LONGEVAL_S3_ENDPOINT": "https://s3.lab:9000/", "AWS_ENDPOINT_URL": "http://x:1"},
-            ("https", "s3.lab:9000", "LONGEVAL_S3_ENDPOINT"),
-        ),
-        ({"AWS_ENDPOINT_URL_S3": "minio:9000"}, ("https", "minio:9000", "AWS_ENDPOINT_URL_S3")),
-    ],
-)
-def test_endpoint_from_env(env: dict[str, str], expected: tuple[str, str, str] | None) -> None:
-    endpoint = s3_endpoint_from_env(env)
-    got = None if endpoint is None else (endpoint.scheme, endpoint.host, endpoint.source)
-    assert got == expected
-
-
-@pytest.mark.parametrize("value", ["ftp://host:1", "http://host:1/some/path", "http://"])
-def test_bad_endpoint_raises_store_error(value: str) -> None:
-    with pytest.raises(StoreError, match="LONGEVAL_S3_ENDPOINT"):
-        s3_endpoint_from_env({"LONGEVAL_S3_ENDPOINT": value})
 
 
 def test_write_part_names_parts_by_their_rows(tmp_path):

@@ -19,8 +19,8 @@ from longeval import __version__
 from longeval.builders.complete import Request, complete
 from longeval.config import Config
 from longeval.errors import ConfigError
+from longeval.files import write_uri
 from longeval.records import content_id
-from longeval.store import RunRoot
 from longeval.tasks.michelangelo import prompts
 from longeval.tasks.michelangelo.writings import FORMATS, TOPICS
 
@@ -62,9 +62,7 @@ def build_pool(cfg: Config, model_path: str, out: str, *, per_key: int = 8, seed
     table = pa.Table.from_pylist(rows, schema=POOL_SCHEMA).replace_schema_metadata(
         {"longeval_pool": json.dumps({"model_id": cfg.model.name, "seed": seed, "per_key": per_key,
                                       "longeval": __version__, "max_new_tokens": max_new_tokens})})
-    folder, _, name = out.rstrip("/").rpartition("/")
     sink = io.BytesIO()
     pq.write_table(table, sink)
-    root = RunRoot(folder or ".")
-    root.write_bytes(name, sink.getvalue())
+    write_uri(out, sink.getvalue())
     return table.num_rows

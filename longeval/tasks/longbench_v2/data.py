@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from longeval.errors import ConfigError, DataFileError
+from longeval.errors import ConfigError, DataFileError, StoreError
+from longeval.files import read_uri
 
 DIFFICULTIES = ("easy", "hard")
 LENGTHS = ("short", "medium", "long")
@@ -104,9 +105,6 @@ def _read_bytes(path: str, key: str) -> bytes:
         if not file.is_file():
             raise data_error(path, "file not found", key=key)
         return file.read_bytes()
-    from longeval.errors import StoreError
-    from longeval.files import read_uri
-
     try:  # s3:// through the run's filesystem layer: the same endpoint, credentials and retries
         return read_uri(path)
     except FileNotFoundError as exc:

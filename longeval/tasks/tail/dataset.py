@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from longeval.errors import DataFileError, StoreError
+from longeval.files import filesystem
 from longeval.records import content_id
 from longeval.tasks.tail import prompts
 from longeval.tasks.tail.documents import SEGMENT_WORDS, Domain
@@ -191,8 +192,6 @@ def load_tail_dataset(path: str | None, *, key: str = DATASET_KEY) -> TailDatase
 
 def _filesystem(path: str, *, key: str = DATASET_KEY):
     try:
-        from longeval.files import filesystem
-
         fs, base = filesystem(path)  # s3:// with the run's endpoint and credentials, like every other path
         return fs, base.rstrip("/")
     except (OSError, ValueError, StoreError) as exc:  # bad URIs and S3 set-up problems

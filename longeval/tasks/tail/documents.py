@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from longeval.errors import DataFileError, StoreError
+from longeval.files import filesystem
 
 SEGMENT_WORDS = 600
 """§3.2: segments of 600 words carry enough information for one question."""
@@ -108,8 +109,6 @@ def load_domains(root: str, *, segment_words: int = SEGMENT_WORDS, key: str = RO
 
 def _filesystem(root: str, key: str):
     try:
-        from longeval.files import filesystem
-
         fs, base = filesystem(root)  # s3:// with the run's endpoint and credentials, like every other path
         return fs, base.rstrip("/")
     except (OSError, ValueError, StoreError) as exc:  # bad URIs and S3 set-up problems
