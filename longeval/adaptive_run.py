@@ -132,10 +132,11 @@ def round_shards(cfg: Config, states: list[CellState]) -> list[ShardSpec]:
     return shards
 
 
-def run_rounds(cfg: Config, root: RunRoot, model_path: str, progress=None) -> int:
+def run_rounds(cfg: Config, root: RunRoot, model_path: str, progress=None, *, keep_engines: bool = True) -> int:
     """Rounds until every cell is decided, capped or stopped by the confirmation rule; returns rounds run now.
 
-    The engines stay up from round to round (`stages.infer.Engines`), sized once from the suite's plan.
+    The engines stay up from round to round (`stages.infer.Engines`), sized once from the suite's plan;
+    `keep_engines=False` starts them anew every round (the baseline of `benchmarks/adaptive_engines.py`).
     """
     full = make_plan(cfg, check_data=False)
     engines = Engines(cfg, root, model_path, planned=True)
@@ -156,6 +157,8 @@ def run_rounds(cfg: Config, root: RunRoot, model_path: str, progress=None) -> in
             plan = Plan(shards=tuple(shards), pools=full.pools)
             generate(cfg, plan, root, model_path, progress)
             infer(cfg, plan, root, model_path, progress, engines=engines)
+            if not keep_engines:
+                engines.close()
             rounds += 1
     finally:
         engines.close()

@@ -20,7 +20,7 @@ from longeval.launch import loopback_cluster
 from longeval.pipeline import run
 from longeval.plan import Pool
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA
-from longeval.stages.infer import bundles, schedule
+from longeval.stages.infer import PoolReplicas, bundles, has_room, schedule
 from longeval.store import RunRoot
 
 # 12 samples x 6 tasks = 72 prompts at 4K: 36 per replica, 4.5 engine batches of max_num_seqs 8 each.
@@ -128,6 +128,23 @@ def test_tensor_parallel_two_runs_in_the_pipeline_on_cpu(two_nodes, tmp_path, ti
     assert result.status["complete"]
 
 
+@pytest.mark.engine
+def test_an_adaptive_run_keeps_both_replicas_of_its_pool_across_rounds_on_two_nodes(two_nodes, tmp_path):
+    """Issue #15: the rounds of an adaptive run reuse their engines (sized once from the plan): two replicas,
+    one per node, each started once and run once per round."""
+    cfg = load_config(["model=tiny_random", "suite.tasks=[niah_single_1,vt]", "suite.lengths=[1024]",
+                       "suite.samples=12", "suite.shard_size=3", "model.max_num_seqs=4", "suite.adaptive=true",
+                       "cluster.replicas=2", "cluster.gpus_per_replica=1", f"cluster.address={two_nodes.address}",
+                       "store.shared_filesystem=true", f"store.root={tmp_path}", "run_name=kept"])
+    result = run(cfg)
+    cells = result.adaptive["adaptive"].to_pylist()
+    assert [c["instances"] for c in cells] == [6, 6]  # two rounds: the tiny model is decided below after 6
+    records = [json.loads(p.read_text()) for p in (tmp_path / "kept" / "engines").glob("*.json")]
+    assert sorted(r["replica"] for r in records) == ["pool0/r0", "pool0/r1"], records  # no restart between rounds
+    assert len({r["node"] for r in records}) == 2
+    assert all(r["stats"]["runs"] == 2 for r in records), records
+
+
 # -- placement and schedule, without Ray ---------------------------------------------------------------------
 
 
@@ -158,3 +175,13 @@ def test_schedule_puts_a_context_s_prompts_together_and_does_not_depend_on_row_o
     assert schedule(pa.Table.from_pylist(rows[::-1])) == ours
     assert {w.shard for w in ours} == {f"sync.{t}.L4096.s42.00000" for t in ("connected_nodes", "shortest_path",
                                                                               "longest_path")}
+
+
+def test_a_pool_gets_room_beside_live_ones_only_with_a_cpu_left_for_the_other_stages():
+    pool = _pool(1, 1.0)  # two replicas of one GPU each
+    assert PoolReplicas.needs(pool) == {"CPU": 2.0, "GPU": 2.0}
+    total = {"CPU": 4.0, "GPU": 4.0}
+    assert has_room(total, [], PoolReplicas.needs(pool))
+    assert not has_room(total, [{"CPU": 2.0, "GPU": 2.0}], PoolReplicas.needs(pool))  # 1 CPU must stay free
+    assert has_room({"CPU": 5.0, "GPU": 4.0}, [{"CPU": 2.0, "GPU": 2.0}], PoolReplicas.needs(pool))
+    assert not has_room({"CPU": 8.0, "GPU": 3.0}, [{"CPU": 2.0, "GPU": 2.0}], PoolReplicas.needs(pool))

@@ -311,6 +311,17 @@ RESERVE_CPUS = 1.0
 inference rounds and would wait forever for a CPU."""
 
 
+def has_room(total: dict[str, float], held: list[dict[str, float]], need: dict[str, float]) -> bool:
+    """Whether `need` fits in the cluster's `total` resources beside what live pools hold, with `RESERVE_CPUS`
+    left over."""
+    left = dict(total)
+    left["CPU"] = left.get("CPU", 0.0) - RESERVE_CPUS
+    for resources in held:
+        for key, value in resources.items():
+            left[key] = left.get(key, 0.0) - value
+    return all(left.get(key, 0.0) >= value for key, value in need.items())
+
+
 class Engines:
     """The infer stage's live engine replicas, per pool, kept until `close`.
 
@@ -350,17 +361,7 @@ class Engines:
         import ray
 
         total = ray.cluster_resources()
-        reserve = {"CPU": RESERVE_CPUS}
-
-        def fits() -> bool:
-            held: dict[str, float] = {}
-            for other in self.live.values():
-                for key, value in other.resources().items():
-                    held[key] = held.get(key, 0.0) + value
-            need = PoolReplicas.needs(pool)
-            return all(total.get(k, 0.0) - held.get(k, 0.0) - v - reserve.get(k, 0.0) >= 0 for k, v in need.items())
-
-        while self.live and not fits():
+        while self.live and not has_room(total, [r.resources() for r in self.live.values()], PoolReplicas.needs(pool)):
             name, oldest = self.live.popitem(last=False)
             log.info("stopping %s's engines to make room for %s", name, pool.name)
             oldest.close()

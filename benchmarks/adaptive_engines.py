@@ -1,0 +1,63 @@
+"""Adaptive rounds on kept engines against engines started anew every round (issue #15).
+
+Runs the same adaptive run twice on the embedded default, each on a fresh run root: once as `longeval run`
+does it (`stages.infer.Engines` keeps the replicas from round to round) and once with a new engine set per
+round (`run_rounds(..., keep_engines=False)`, what every round cost before). Prints rounds, engine starts and
+the wall time of the rounds (generate + infer + score of every round); the decisions must be the same.
+
+    .venv/bin/python benchmarks/adaptive_engines.py                 # tiny random model, 3+ rounds
+    .venv/bin/python benchmarks/adaptive_engines.py --model smollm2_cpu --samples 40 --shard-size 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+
+def _rounds(overrides: list[str], root_dir: Path, name: str, *, keep: bool) -> tuple[float, int, int, list]:
+    """(wall s of the rounds, rounds, engine starts, decisions per cell)."""
+    from longeval.adaptive_run import adaptive_tables, run_rounds
+    from longeval.config import load_config
+    from longeval.models import resolve_model_path
+    from longeval.runtime import init_ray
+    from longeval.store import RunRoot
+
+    cfg = load_config([*overrides, f"store.root={root_dir}", f"run_name={name}"])
+    root = RunRoot(cfg.run_root)
+    init_ray(cfg)
+    started = time.perf_counter()
+    rounds = run_rounds(cfg, root, str(resolve_model_path(cfg.model.path)), keep_engines=keep)
+    wall = time.perf_counter() - started
+    starts = len(list(Path(cfg.run_root, "engines").glob("*.json")))
+    cells = adaptive_tables(cfg, root)["adaptive"].select(["task", "target_length", "instances", "decision"])
+    return wall, rounds, starts, cells.to_pylist()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="tiny_random")
+    parser.add_argument("--samples", type=int, default=24)
+    parser.add_argument("--shard-size", type=int, default=3)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048])
+    args = parser.parse_args()
+
+    os.environ.setdefault("TMPDIR", tempfile.mkdtemp(prefix="le-bench-"))
+    root_dir = Path(tempfile.mkdtemp(prefix="le-adaptive-engines-"))
+    base = [f"model={args.model}", "suite=quick", "suite.tasks=[niah_single_1,vt]",
+            f"suite.lengths=[{','.join(map(str, args.lengths))}]", f"suite.samples={args.samples}",
+            f"suite.shard_size={args.shard_size}", "suite.adaptive=true", "model.max_num_seqs=4"]
+    kept = _rounds(base, root_dir, "kept", keep=True)
+    fresh = _rounds(base, root_dir, "fresh", keep=False)
+    assert kept[3] == fresh[3], "the decisions differ between the two runs"
+    print(f"{'engines':<22} {'rounds':>6} {'engine starts':>13} {'wall s':>8}")
+    for label, (wall, rounds, starts, _) in (("kept across rounds", kept), ("anew every round", fresh)):
+        print(f"{label:<22} {rounds:>6} {starts:>13} {wall:>8.1f}")
+    print(f"wall time ratio kept / anew: {kept[0] / fresh[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
