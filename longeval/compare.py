@@ -11,8 +11,24 @@ Per family × task × length, and pooled per family (`task = "overall"`):
 - `ci_low`, `ci_high`: a paired percentile bootstrap 95 % interval of the difference (pairs resampled with
   replacement, 10,000 resamples by default, a seeded `numpy.random.Generator` per row, so deterministic);
 - `p_value`: two-sided, from an exact McNemar test when every score of the row is 0 or 1 (a binomial sign
-  test on the discordant pairs) and from a paired permutation test otherwise (random sign flips of the
-  differences; exact enumeration up to 16 non-zero differences). `test` names the one used.
+  test on the discordant pairs, `scipy.stats.binomtest`) and from a paired permutation test otherwise (random
+  sign flips of the differences; exact enumeration up to 16 non-zero differences). `test` names the one used.
+
+The bootstrap and the permutation test are our own rather than `scipy.stats.bootstrap` and
+`scipy.stats.permutation_test`, deliberately (tests/test_compare.py checks they agree with scipy's):
+- speed on large rows: a pooled row has tens of thousands of pairs. With few distinct differences (0/1 scores
+  have at most three) a resample's mean only depends on how often each value was drawn, so we draw those
+  counts from a multinomial: 3 ms for 40,000 binary pairs × 10,000 resamples where scipy's bootstrap, which
+  draws every index, takes 4 s. Our Monte Carlo permutation test multiplies a ±1 `int8` sign matrix by the
+  differences: 1.7 s for 20,000 pairs × 10,000 resamples where scipy's, which permutes a stacked float
+  array of (d, −d), takes 24 s. Both are drawn in chunks so memory stays bounded.
+- exact symmetry: both resample the sorted differences in a canonical orientation (`_canonical`), so
+  swapping A and B negates the interval exactly and the order of the pairs does not matter.
+- ties: the permutation test counts a sign pattern whose |sum| equals the observed one up to 1e-9 of the
+  summed |differences|; scipy's tolerance is relative to the observed statistic, so when that sum is 0 in
+  exact arithmetic (common for scores on a 0.1 grid) float rounding loses ties and p drops below 1.
+- the Monte Carlo p-value is (1 + #{|sum| ≥ observed}) / (1 + resamples), never 0; scipy's two-sided one
+  is twice the smaller one-sided estimate, equal in exact mode but noisier by Monte Carlo.
 
 p-values are per row and not adjusted for multiple comparisons: read many small p-values across rows as
 evidence, one small p-value among eighty rows as chance.
@@ -29,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from scipy import stats
 
 from longeval.errors import LongevalError
 
@@ -178,14 +195,10 @@ def mcnemar_exact(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarr
     a, b = _clean(a), _clean(b)
     only_a = int(np.sum((a == 1) & (b == 0)))
     only_b = int(np.sum((a == 0) & (b == 1)))
-    k, m = only_a + only_b, min(only_a, only_b)
-    if k == 0:
+    if only_a + only_b == 0:
         return 1.0
-    # log C(k, i) for i = 0..m by the running product, then 2 * P(X <= m) in log space (k may be large).
-    i = np.arange(1, m + 1)
-    log_comb = np.concatenate([[0.0], np.cumsum(np.log((k - i + 1) / i))])
-    log_tail = np.logaddexp.reduce(log_comb) - k * np.log(2.0)
-    return float(min(1.0, 2.0 * np.exp(log_tail)))
+    # The smaller count first, so swapping A and B gives the same p-value to the last bit.
+    return float(stats.binomtest(min(only_a, only_b), only_a + only_b, 0.5).pvalue)
 
 
 def permutation_test(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, *,

@@ -2,7 +2,8 @@
 
 Hydra composes `conf/config.yaml` with the chosen groups and the user's overrides; OmegaConf checks
 every key and type against this schema before any work starts, so a typo fails at once and names the
-key and its choices.
+key and its choices. Settings with a fixed set of values are `StrEnum`s, so OmegaConf checks them too; a member
+equals its string (`cfg.model.engine == "openai"`) and config.yaml stores the plain string.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,41 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from longeval.errors import ConfigError
+
+# Members are named by their values: OmegaConf reads an enum setting by member name (`model.engine=openai`).
+
+
+class Engine(StrEnum):
+    """`model.engine`: how the model is run."""
+
+    vllm = "vllm"
+    """In-process vLLM engine actors."""
+    openai = "openai"
+    """An OpenAI-compatible server (see `model.api`)."""
+
+
+class ApiMode(StrEnum):
+    """`model.api.mode`: which endpoint of the OpenAI-compatible server is called."""
+
+    chat = "chat"
+    """/chat/completions with the task text as a message."""
+    completions = "completions"
+    """/completions with the rendered prompt."""
+
+
+class TrackingBackend(StrEnum):
+    """`tracking.backend`: where a job's results go besides its run root."""
+
+    none = "none"
+    wandb = "wandb"
+
+
+class TrackingMode(StrEnum):
+    """`tracking.mode`: W&B's mode."""
+
+    offline = "offline"
+    online = "online"
+    disabled = "disabled"
 
 
 @dataclass
@@ -29,7 +66,7 @@ class ApiConfig:
     """The environment variable holding the key; the key itself never enters the config."""
     model: str | None = None
     """The served model name; default: model.name."""
-    mode: str = "chat"
+    mode: ApiMode = ApiMode.chat
     """`chat` (/chat/completions) or `completions` (/completions with the rendered prompt)."""
     concurrency: int = 8
     """Requests in flight per engine actor."""
@@ -82,7 +119,7 @@ class ModelConfig:
     dual_chunk_attention_config, num_attention_heads, hidden_size, intermediate_size, vocab_size,
     tie_word_embeddings, torch_dtype, plus num_parameters_b (billions; default: counted from the shapes).
     Wins key by key over `<model.path>/config.json`, so presets plan without the weights at hand."""
-    engine: str = "vllm"
+    engine: Engine = Engine.vllm
     """`vllm` (in-process engine actors) or `openai` (an OpenAI-compatible server, see `api`)."""
     api: ApiConfig = field(default_factory=lambda: ApiConfig())
 
@@ -181,10 +218,6 @@ class StoreConfig:
     cluster of more than one node refuses a local root without it: each node would write to its own disk."""
 
 
-TRACKING_BACKENDS = ("none", "wandb")
-TRACKING_MODES = ("offline", "online", "disabled")
-
-
 @dataclass
 class TrackingConfig:
     """Where a job's results go besides its run root: nowhere (`none`) or one W&B run (`wandb`).
@@ -193,14 +226,14 @@ class TrackingConfig:
     """
 
     name: str = "none"
-    backend: str = "none"
+    backend: TrackingBackend = TrackingBackend.none
     """`none` or `wandb`."""
     project: str = "longeval"
     entity: str | None = None
     """W&B user or team; None: the account's default entity."""
     group: str | None = None
     tags: list[str] = field(default_factory=list)
-    mode: str = "offline"
+    mode: TrackingMode = TrackingMode.offline
     """W&B mode: offline (default on one machine; `wandb sync` later), online (needs WANDB_API_KEY or
     `wandb login`; without credentials the run is logged offline with a warning), disabled."""
     table_rows: int = 50
@@ -217,10 +250,6 @@ class TrackingConfig:
 
     def __post_init__(self) -> None:
         # Checked here, where the schema lives, so a typo fails before any work starts.
-        if self.backend not in TRACKING_BACKENDS:
-            raise ConfigError(f"tracking.backend={self.backend!r}; choices: {', '.join(TRACKING_BACKENDS)}")
-        if self.mode not in TRACKING_MODES:
-            raise ConfigError(f"tracking.mode={self.mode!r}; choices: {', '.join(TRACKING_MODES)}")
         if self.table_rows < 0 or self.text_chars < 0:
             raise ConfigError("tracking.table_rows and tracking.text_chars must be 0 or more")
 
@@ -297,17 +326,21 @@ def load_config(overrides: list[str] | None = None) -> Config:
 _TYPE_NAMES = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false", "bool": "true or false",
                "String": "a string"}
 _CONVERT = re.compile(r"Value '(.*)' (?:of type '\w+' could not be converted to (\w+)|is not a valid (\w+))")
+_NOT_A_CHOICE = re.compile(r"Invalid value '(.*)', expected one of \[(.*)\]")
 
 
 def _explain_type(exc: BaseException) -> str | None:
-    """An override of the wrong type, as the key, the value given and the type expected."""
+    """An override of the wrong type, as the key, the value given and the type (or the choices) expected."""
     cause: BaseException | None = exc
     while cause is not None and not isinstance(cause, OmegaConfBaseException):
         cause = cause.__cause__
     if cause is None:
         return None
-    match = _CONVERT.search(str(cause))
     key = getattr(cause, "full_key", None) or ""
+    choice = _NOT_A_CHOICE.search(str(cause))
+    if choice and key:
+        return f"{key}={choice.group(1)!r}; choices: {choice.group(2)}"
+    match = _CONVERT.search(str(cause))
     if not match or not key:
         return None
     value, target = match.group(1), match.group(2) or match.group(3)
@@ -347,7 +380,7 @@ def validate(raw: DictConfig | dict) -> Config:
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None) or ""
         first = str(exc).splitlines()[0]
-        raise ConfigError(f"config error at {key!r}: {first}") from exc
+        raise ConfigError(_explain_type(exc) or f"config error at {key!r}: {first}") from exc
     _check(cfg)
     return cfg
 
@@ -387,10 +420,8 @@ def _check(cfg: Config) -> None:
     from longeval.text.render import prompt_format
 
     prompt_format(cfg.model)  # names a wrong prompt_format, ruler_template or a system prompt RULER cannot hold
-    if cfg.model.engine == "openai":
+    if cfg.model.engine == Engine.openai:
         check_api(cfg.model)
-    elif cfg.model.engine != "vllm":
-        raise ConfigError(f"model.engine={cfg.model.engine!r}; choices: vllm, openai")
     if cfg.suite.samples < 1 or cfg.suite.shard_size < 1:
         raise ConfigError("suite.samples and suite.shard_size must be at least 1")
     if cfg.suite.adaptive and not (0 < cfg.suite.adaptive_confidence < 1 and cfg.suite.adaptive_round >= 1):
@@ -421,9 +452,7 @@ def check_api(model: ModelConfig) -> None:
     api = model.api
     if not api.base_url:
         raise ConfigError("model.engine=openai needs model.api.base_url, e.g. model.api.base_url=http://host:8000/v1")
-    if api.mode not in ("chat", "completions"):
-        raise ConfigError(f"model.api.mode={api.mode!r}; choices: chat, completions")
-    if api.mode == "chat" and model.chat_template:
+    if api.mode == ApiMode.chat and model.chat_template:
         raise ConfigError(
             "model.api.mode=chat sends the task text as a chat message and the server applies its own template; "
             "render instances without ours: set model.chat_template=false (or use model.api.mode=completions, "
@@ -491,5 +520,5 @@ def _is_secret(key: Any) -> bool:
 def to_yaml(cfg: Config) -> str:
     """The resolved config as YAML, for the run root: secret-named values hidden at any depth, and every secret
     value (from the config or the environment) and URL user info scrubbed wherever it appears."""
-    everything = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    everything = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True)
     return OmegaConf.to_yaml(OmegaConf.create(redact(everything)))  # type: ignore[arg-type]

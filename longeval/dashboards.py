@@ -2,9 +2,10 @@
 
 Views: a leaderboard across models (the runs table pinned to RULER's headline columns, and bar charts of
 Avg, wAvg and the effective length), length curves (every run's score against context length, overlaid),
-one section per family (RULER, SYNC, Michelangelo, LongBench v2, TAIL: task curves, headline bars and the
-family's own views), and the depth x length heatmaps. Every metric key comes from `longeval.tracking`'s key
-functions, the same ones the logger uses, so a panel never asks for a key that no run logs.
+one section per registered family (`longeval.tasks.FAMILIES`: task curves, headline bars and the views the
+family declares, `Family.panels`), and the depth x length heatmaps. Every metric key comes from
+`longeval.tracking`'s key functions, the same ones the logger uses, so a panel never asks for a key that no run
+logs.
 
 Building the objects needs neither network nor credentials (tests build them); `create` saves them to W&B
 and needs both, failing with a `TrackingError` that says what is missing.
@@ -16,32 +17,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from longeval.tasks import FAMILIES
+from longeval.tasks.family import Panel
 from longeval.tracking import (
     COUNT_METRICS,
     HEADLINE_METRICS,
     STEP_METRIC,
-    TAIL_METRICS,
     TrackingError,
     avg_key,
-    breakdown_key,
     count_key,
     cumulative_key,
     curve_key,
+    family_metric_key,
     has_credentials,
     headline_key,
     heatmap_key,
     result_table_key,
-    tail_key,
 )
 
-__all__ = ["FAMILY_TITLES", "View", "create", "default_view", "leaderboard_columns", "report", "workspace"]
-
-FAMILY_TITLES = {"ruler": "RULER", "sync": "SYNC", "michelangelo": "Michelangelo", "longbench_v2": "LongBench v2",
-                 "tail": "TAIL"}
-"""Section titles, in the order the sections appear."""
-
-NO_DEPTH = frozenset({"longbench_v2"})
-"""Families whose instances carry no depth (whole documents), so no heatmap is logged for them."""
+__all__ = ["View", "create", "default_view", "leaderboard_columns", "report", "workspace"]
 
 WORKSPACE_NAME = "longeval"
 REPORT_TITLE = "longeval: long-context evaluation"
@@ -76,12 +70,13 @@ def default_view(suites: Sequence[str] | None = None) -> View:
             spec = get_task(str(task))
             if spec.name not in families.setdefault(spec.family, []):
                 families[spec.family].append(spec.name)
-    ordered = [f for f in FAMILY_TITLES if f in families] + sorted(set(families) - set(FAMILY_TITLES))
+    ordered = [f for f in FAMILIES if f in families] + sorted(set(families) - set(FAMILIES))
     return View(families={f: tuple(families[f]) for f in ordered}, lengths=tuple(sorted(lengths)))
 
 
 def _title(family: str) -> str:
-    return FAMILY_TITLES.get(family, family)
+    declared = FAMILIES.get(family)
+    return declared.title if declared else family
 
 
 def leaderboard_columns(view: View) -> list[str]:
@@ -123,32 +118,27 @@ def length_curve_panels(view: View) -> list[Any]:
 
 def family_panels(family: str, tasks: Sequence[str]) -> list[Any]:
     """One family's section: headline bars, its average and every task against length, and its own views."""
-    import wandb_workspaces.reports.v2 as wr
-
     title = _title(family)
     panels: list[Any] = [
         _bars(f"{title}: Avg / wAvg(inc) / wAvg(dec) (%)", [headline_key(m, family) for m in HEADLINE_METRICS[:3]]),
         _length_plot(f"{title}: average against length", [curve_key(family)]),
         *[_length_plot(f"{title}/{task}", [curve_key(family, task)]) for task in tasks],
     ]
-    if family == "michelangelo":  # the paper's cumulative "up to length L" curves (Figures 1-8)
+    declared = FAMILIES.get(family)
+    if declared and declared.cumulative_curves:  # the paper's "up to length L" curves (Michelangelo's Figures 1-8)
         panels += [_length_plot(f"{title}/{task}: cumulative score up to each length",
                                 [cumulative_key(family, task)]) for task in tasks]
-    if family == "sync":  # the retrieval -> tracking -> global ladder and the error types (its Table 5)
-        panels += [wr.WeavePanelSummaryTable(table_name=result_table_key("sync_ladder")),
-                   wr.WeavePanelSummaryTable(table_name=result_table_key("errors"))]
-    if family == "longbench_v2":  # its Table 2: overall, difficulty, length, domain
-        from longeval.tasks.longbench_v2.data import DIFFICULTIES, DOMAINS, LENGTHS
-
-        groups = ["overall", *DIFFICULTIES, *LENGTHS]
-        panels += [_bars(f"{title}: accuracy by difficulty and length (%)", [breakdown_key(g) for g in groups]),
-                   _bars(f"{title}: accuracy by domain (%)", [breakdown_key(d) for d in DOMAINS]),
-                   _bars(f"{title}: compensated accuracy (%)", [breakdown_key("overall", compensated=True)])]
-    if family == "tail":  # its Table 2 (length-weighted) and Figure 5
-        panels += [_bars(f"{title}: Avg / wAvg(inc) / wAvg(dec) as TAIL weighs them (%)",
-                         [tail_key(m) for m in TAIL_METRICS[:3]]),
-                   _bars(f"{title}: longest / shortest length ratio", [tail_key("ratio")])]
+    panels += [_declared_panel(family, title, panel) for panel in (declared.panels if declared else ())]
     return panels
+
+
+def _declared_panel(family: str, title: str, panel: Panel) -> Any:
+    """A family's own view: a logged result table, or bars of its tables' summary metrics."""
+    import wandb_workspaces.reports.v2 as wr
+
+    if panel.table is not None:
+        return wr.WeavePanelSummaryTable(table_name=result_table_key(panel.table))
+    return _bars(f"{title}: {panel.title}", [family_metric_key(family, m) for m in panel.metrics])
 
 
 def heatmap_panels(view: View) -> list[Any]:
@@ -156,7 +146,12 @@ def heatmap_panels(view: View) -> list[Any]:
     import wandb_workspaces.reports.v2 as wr
 
     return [wr.MediaBrowser(title=f"{_title(f)}: score by depth and length", media_keys=[heatmap_key(f)],
-                            num_columns=2) for f in view.families if f not in NO_DEPTH]
+                            num_columns=2) for f in view.families if _has_depth(f)]
+
+
+def _has_depth(family: str) -> bool:
+    declared = FAMILIES.get(family)
+    return declared.has_depth if declared else True
 
 
 def workspace(entity: str, project: str, view: View, *, name: str = WORKSPACE_NAME) -> Any:

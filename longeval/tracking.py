@@ -50,7 +50,6 @@ __all__ = [
     "RESULT_TABLES",
     "STATE_FILE",
     "STEP_METRIC",
-    "TAIL_METRICS",
     "HeatmapSpec",
     "InstanceTable",
     "LineSpec",
@@ -61,13 +60,13 @@ __all__ = [
     "TrackingWarning",
     "WandbTracker",
     "avg_key",
-    "breakdown_key",
     "config_payload",
     "count_key",
     "cumulative_key",
     "curve_key",
     "depth_grid",
     "family_avg_key",
+    "family_metric_key",
     "grid_key",
     "has_credentials",
     "headline_key",
@@ -85,7 +84,6 @@ __all__ = [
     "secret_values",
     "start_tracking",
     "summary_metrics",
-    "tail_key",
     "task_key",
 ]
 
@@ -102,9 +100,6 @@ HEADLINE_METRICS = ("avg", "wavg_inc", "wavg_dec", "effective_length")
 
 COUNT_METRICS = ("instances", "nulls", "too_long", "errors")
 """Instance and failure counts over the whole job, so a broken run stands out on a leaderboard."""
-
-TAIL_METRICS = ("avg", "wavg_inc", "wavg_dec", "ratio")
-"""TAIL's own Table 2 numbers (`summary/tail_headline`: length-weighted, as TAIL defines them)."""
 
 INSTANCE_COLUMNS = ("instance_id", "target_length", "depth", "complexity", "input_tokens", "prompt_tail",
                     "references", "output", "parsed_answer", "score", "error_type", "finish_reason",
@@ -152,14 +147,10 @@ def count_key(metric: str) -> str:
     return f"count/{metric}"
 
 
-def tail_key(metric: str) -> str:
-    """TAIL's Table 2 numbers, e.g. `tail/tail_headline/ratio`."""
-    return f"tail/tail_headline/{metric}"
-
-
-def breakdown_key(group: str, *, compensated: bool = False) -> str:
-    """LongBench v2's Table 2 accuracy per group, e.g. `longbench_v2/breakdown/hard`."""
-    return f"longbench_v2/{'compensated' if compensated else 'breakdown'}/{slug(group)}"
+def family_metric_key(family: str, name: str) -> str:
+    """A metric of a family's own table (`SummaryTable.metrics`), each part made W&B-safe: `breakdown/Multi-Document
+    QA` of LongBench v2 is `longbench_v2/breakdown/multi-document_qa`, TAIL's Table 2 `tail/tail_headline/ratio`."""
+    return "/".join([family, *(slug(part) for part in name.split("/"))])
 
 
 def curve_key(family: str | None = None, task: str | None = None) -> str:
@@ -213,8 +204,8 @@ def summary_metrics(tables: Mapping[str, pa.Table]) -> dict[str, float]:
     per-length mean over all task scores (`avg/4096`), RULER's headline numbers for the suite
     (`headline/avg`, `headline/wavg_inc`, `headline/wavg_dec`, `headline/effective_length`,
     `headline/threshold`) and per family (`ruler/headline/avg`, ...), counts (`count/instances`, ...), and
-    where present TAIL's Table 2 (`tail/tail_headline/ratio`) and LongBench v2's breakdown
-    (`longbench_v2/breakdown/hard`). Scores are percentages; an effective length of 0 means no length
+    the metrics of the families' own tables (`family_metric_key`: TAIL's `tail/tail_headline/ratio`, LongBench
+    v2's `longbench_v2/breakdown/hard`). Scores are percentages; an effective length of 0 means no length
     scored above the threshold (RULER's "<4K" cell).
     """
     out: dict[str, float] = {}
@@ -241,10 +232,6 @@ def summary_metrics(tables: Mapping[str, pa.Table]) -> dict[str, float]:
     out[count_key("instances")] = int(pc.sum(tasks["n"]).as_py() or 0)
     for metric in COUNT_METRICS[1:]:
         out[count_key(metric)] = int(pc.sum(tasks[metric]).as_py() or 0) if metric in tasks.column_names else 0
-    for row in tables["tail_headline"].to_pylist() if "tail_headline" in tables else []:
-        for metric in TAIL_METRICS:
-            if row.get(metric) is not None:
-                out[tail_key(metric)] = row[metric]
     for row in tables["adaptive_lengths"].to_pylist() if "adaptive_lengths" in tables else []:
         if row["decided"]:  # suite.adaptive: decided effective lengths only (0: none passes)
             out[f"adaptive/effective_length/{row['scope']}/{slug(row['name'])}"] = row["effective_length"] or 0
@@ -255,11 +242,11 @@ def summary_metrics(tables: Mapping[str, pa.Table]) -> dict[str, float]:
         if "gpu_hours" in cells.column_names and pc.sum(cells["full_gpu_hours_est"]).as_py():
             out["adaptive/gpu_hours"] = pc.sum(cells["gpu_hours"]).as_py()
             out["adaptive/gpu_hours_share"] = out["adaptive/gpu_hours"] / pc.sum(cells["full_gpu_hours_est"]).as_py()
-    for row in tables["longbench_v2"].to_pylist() if "longbench_v2" in tables else []:
-        if row.get("accuracy") is not None:
-            out[breakdown_key(row["group"])] = row["accuracy"]
-        if row.get("compensated_accuracy") is not None:
-            out[breakdown_key(row["group"], compensated=True)] = row["compensated_accuracy"]
+    for family in FAMILIES.values():
+        for table in family.tables:
+            if table.metrics is not None and table.name in tables:
+                for name, value in table.metrics(tables[table.name]).items():
+                    out[family_metric_key(family.name, name)] = value
     return out
 
 
@@ -404,7 +391,7 @@ def depth_grid(scores: pa.Table) -> pa.Table:
     """Mean score (x100) per family, length and depth bin, from score rows that have a depth (percent, >= 0).
 
     RULER's NIAH needles sit at 40 depths; binned by `DEPTH_BIN` they give its depth x length heatmap.
-    TAIL has its own grid (`summary/tail_grid`), which `plot_specs` prefers.
+    A family with its own grid (`SummaryTable.heatmap`: TAIL's Figure 5) gets that one from `plot_specs`.
     """
     cells: dict[tuple[str, int, float], list[float]] = defaultdict(list)
     if scores.num_rows:
@@ -424,7 +411,8 @@ def depth_grid(scores: pa.Table) -> pa.Table:
 def plot_specs(tables: Mapping[str, pa.Table], scores: pa.Table | None = None) -> list[LineSpec | HeatmapSpec]:
     """The charts of a run: per family, every task's score against length (`plots/<family>/lengths`), the
     cumulative curves (`plots/<family>/cumulative`), per task its score with the 95 % interval
-    (`plots/<family>/<task>`), and the depth x length heatmaps (TAIL's grid; other families' from scores)."""
+    (`plots/<family>/<task>`), and the depth x length heatmaps (a family's own grid where its tables have one,
+    as TAIL's; else binned from the scores)."""
     specs: list[LineSpec | HeatmapSpec] = []
     tasks = tables.get("tasks")
     if tasks is None or tasks.num_rows == 0:
@@ -450,12 +438,16 @@ def plot_specs(tables: Mapping[str, pa.Table], scores: pa.Table | None = None) -
         for task, rows in sorted(per_task.items()):
             specs.append(LineSpec(plot_key(family, task), f"{family}/{task}: score (%) with its 95 % interval",
                                   STEP_METRIC, {c: _xy(rows, c) for c in ("score", "ci_low", "ci_high")}))
-    if "tail_grid" in tables and tables["tail_grid"].num_rows:  # TAIL's own grid (its Figure 5)
-        specs.append(_heatmap("tail", [{**r, "score": r["accuracy"]} for r in tables["tail_grid"].to_pylist()],
-                              binned=False))
+    own_grid = set()
+    for family in FAMILIES.values():
+        for table in family.tables:
+            if table.heatmap is not None:
+                own_grid.add(family.name)
+                if table.name in tables and tables[table.name].num_rows:
+                    specs.append(_heatmap(family.name, table.heatmap(tables[table.name]), binned=False))
     binned: dict[str, list[dict]] = defaultdict(list)
     for row in depth_grid(scores).to_pylist() if scores is not None else []:
-        if row["family"] != "tail":
+        if row["family"] not in own_grid:
             binned[row["family"]].append(row)
     for family, rows in sorted(binned.items()):
         specs.append(_heatmap(family, rows, binned=True))

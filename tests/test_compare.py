@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy import stats
 
 from longeval.compare import (
     COMPARISON_SCHEMA,
@@ -163,6 +164,59 @@ def test_large_rows_are_fast() -> None:
     paired_difference(a, b)
     paired_difference(c, d, resamples=2_000)
     assert time.perf_counter() - start < 5.0
+
+
+# -- agreement with scipy (ours is kept for speed and exact symmetry: see the module docstring) ---------
+
+
+def _scipy_permutation_p(a, b, resamples: float) -> float:
+    d = np.asarray(b, dtype=float) - np.asarray(a, dtype=float)
+    d = d[d != 0]
+    return stats.permutation_test((d,), lambda x, axis: np.sum(x, axis=axis), permutation_type="samples",
+                                  vectorized=True, n_resamples=resamples, rng=np.random.default_rng(0)).pvalue
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_exact_permutation_p_is_scipys(seed) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 15))
+    quarters = seed % 2 == 0  # differences on a binary grid (exact sums, many ties) or continuous
+    a = rng.integers(0, 5, n) / 4 if quarters else rng.random(n)
+    b = rng.integers(0, 5, n) / 4 if quarters else rng.random(n)
+    if np.count_nonzero(b - a) < 2:
+        b = b.copy()
+        b[:2] = a[:2] + 0.25
+    ours = permutation_test(a, b, rng=np.random.default_rng(0))
+    assert ours == pytest.approx(_scipy_permutation_p(a, b, np.inf), abs=1e-12)
+
+
+def test_monte_carlo_permutation_p_is_close_to_scipys() -> None:
+    rng = np.random.default_rng(4)
+    a = rng.random(60)
+    b = np.clip(a + rng.normal(0.04, 0.2, 60), 0, 1)
+    ours = permutation_test(a, b, resamples=20_000, rng=np.random.default_rng(1))
+    assert 0.01 < ours < 0.9  # a p-value that Monte Carlo noise could move
+    assert ours == pytest.approx(_scipy_permutation_p(a, b, 20_000), abs=0.015)
+
+
+def test_permutation_p_counts_float_ties_scipy_loses() -> None:
+    # equal means on a 0.1 grid: the differences sum to 0 exactly, so every sign pattern reaches it
+    a = [0.6, 0.3, 0.6, 0.8, 0.5, 0.5, 0.9, 0.8, 0.8, 0.7]
+    b = [0.9, 1.0, 0.9, 0.5, 0.5, 0.9, 0.1, 0.9, 0.2, 0.6]
+    assert permutation_test(a, b, rng=np.random.default_rng(0)) == 1.0
+
+
+@pytest.mark.parametrize(("n", "binary"), [(50, True), (400, True), (80, False), (500, False)])
+def test_bootstrap_interval_is_close_to_scipys(n, binary) -> None:
+    rng = np.random.default_rng(n)
+    a = rng.integers(0, 2, n).astype(float) if binary else rng.random(n)
+    b = np.where(rng.random(n) < 0.7, a, rng.integers(0, 2, n) if binary else rng.random(n))
+    ours = paired_bootstrap_ci(a, b, resamples=20_000, rng=np.random.default_rng(2))
+    theirs = stats.bootstrap((a, b), lambda x, y, axis: np.mean(y - x, axis=axis), paired=True, vectorized=True,
+                             method="percentile", n_resamples=20_000, rng=np.random.default_rng(3))
+    width = theirs.confidence_interval.high - theirs.confidence_interval.low
+    assert width > 0
+    assert ours == pytest.approx(tuple(theirs.confidence_interval), abs=0.03 * width + 1e-3)
 
 
 def test_empty_or_unequal_inputs_are_refused() -> None:

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
-import pytest
+import re
 
-from longeval.config import group_choices, load_config, to_yaml
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from longeval.config import (
+    ApiMode,
+    Engine,
+    TrackingBackend,
+    TrackingMode,
+    group_choices,
+    load_config,
+    to_yaml,
+    validate,
+)
 from longeval.errors import ConfigError, UnknownTaskError
 
 
@@ -132,6 +145,38 @@ def test_tracking_wandb_composes_and_bad_values_name_the_choices():
         load_config(["tracking.backend=wandbb"])
     with pytest.raises(ConfigError, match="tracking.mode='cloud'; choices: offline, online, disabled"):
         load_config(["tracking=wandb", "tracking.mode=cloud"])
+
+
+def test_enum_settings_equal_their_strings_and_are_saved_as_plain_strings():
+    cfg = load_config(["model.engine=openai", "model.api.base_url=http://x/v1", "model.api.mode=completions",
+                       "tracking=wandb", "tracking.mode=online"])
+    assert (cfg.model.engine, cfg.model.api.mode, cfg.tracking.backend, cfg.tracking.mode) == \
+        (Engine.openai, ApiMode.completions, TrackingBackend.wandb, TrackingMode.online)
+    assert cfg.model.engine == "openai" and cfg.model.api.mode == "completions" and cfg.tracking.mode == "online"
+    saved = yaml.safe_load(to_yaml(cfg))  # a safe load refuses python objects: only plain strings pass
+    assert (saved["model"]["engine"], saved["model"]["api"]["mode"]) == ("openai", "completions")
+    assert (saved["tracking"]["backend"], saved["tracking"]["mode"]) == ("wandb", "online")
+    assert "Engine" not in to_yaml(cfg) and "!!" not in to_yaml(cfg)
+
+
+def test_a_config_yaml_written_before_the_enums_still_loads():
+    saved = yaml.safe_load(to_yaml(load_config()))
+    saved["model"]["engine"], saved["model"]["api"]["mode"] = "vllm", "chat"  # as plain str fields wrote them
+    saved["tracking"]["backend"], saved["tracking"]["mode"] = "none", "offline"
+    cfg = validate(OmegaConf.create(saved))
+    assert cfg.model.engine is Engine.vllm and cfg.tracking.mode is TrackingMode.offline
+    saved["model"]["engine"] = "tgi"
+    with pytest.raises(ConfigError, match="model.engine='tgi'; choices: vllm, openai"):
+        validate(OmegaConf.create(saved))
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("model.engine=VLLM", "model.engine='VLLM'; choices: vllm, openai"),
+    ("model.api.mode=chats", "model.api.mode='chats'; choices: chat, completions"),
+])
+def test_bad_enum_overrides_name_the_key_and_choices(override, expected):
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        load_config([override])
 
 
 def test_redaction_reaches_nested_values_and_spares_token_counts():

@@ -14,7 +14,9 @@ from longeval.cli import main
 from longeval.config import load_config
 from longeval.errors import ConfigError
 from longeval.records import SCORE_SCHEMA
+from longeval.tasks import FAMILIES as FAMILIES_REGISTERED
 from longeval.tasks import TASKS
+from longeval.tasks.family import Family, Panel
 from longeval.tracking import (
     RESULT_TABLES,
     STEP_METRIC,
@@ -135,6 +137,20 @@ def test_leaderboard_columns_follow_the_suites():
     assert list(everything.families) == list(FAMILIES)
     with pytest.raises(ConfigError, match="unknown suite 'nope'"):
         dashboards.default_view(["nope"])
+
+
+def test_a_familys_section_shows_the_panels_it_declares(monkeypatch):
+    toy = Family(name="toy", title="Toy", tasks=(), has_depth=False, cumulative_curves=True,
+                 panels=(Panel("by group (%)", ("by group/Hard Cases", "by group/easy")), Panel(table="toy_table")))
+    monkeypatch.setitem(FAMILIES_REGISTERED, "toy", toy)
+    panels = dashboards.family_panels("toy", ("t1",))
+    bars = [p for p in panels if isinstance(p, wr.BarPlot)]
+    assert bars[-1].title == "Toy: by group (%)"
+    assert bars[-1].metrics == ["toy/by_group/hard_cases", "toy/by_group/easy"]  # the keys tracking logs
+    assert referenced(panels)["tables"] == {"results/toy_table"}
+    assert "cumulative/toy/t1" in referenced(panels)["history"]
+    view = dashboards.View(families={"ruler": ("vt",), "toy": ("t1",)}, lengths=LENGTHS)
+    assert referenced(dashboards.heatmap_panels(view))["media"] == {"heatmaps/ruler"}  # no depth: no heatmap
 
 
 def test_create_without_credentials_fails_clearly(tmp_path, monkeypatch, capsys):

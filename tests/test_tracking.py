@@ -12,14 +12,18 @@ import socket
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from longeval import pipeline, tracking
 from longeval.config import load_config
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
 from longeval.store import RunRoot
+from longeval.tasks import FAMILIES
+from longeval.tasks.family import Family, SummaryTable
 from longeval.tracking import (
     INSTANCE_COLUMNS,
+    HeatmapSpec,
     Logged,
     TrackingWarning,
     instance_tables,
@@ -109,6 +113,22 @@ def test_summary_metrics_have_stable_keys_and_the_tables_values(tmp_path):
     assert metrics["count/nulls"] == sum(r["nulls"] for r in tasks) > 0
     assert {f"tail/tail_headline/{m}" for m in ("avg", "wavg_inc", "wavg_dec", "ratio")} <= set(metrics)
     assert all(isinstance(v, int | float) for v in metrics.values())
+
+
+def test_a_familys_own_metrics_and_heatmap_come_from_its_table_hooks(tmp_path, monkeypatch):
+    # a family tracking never names (as a plugin's would be): its keys come only from its SummaryTable hooks
+    toy = Family(name="toy", title="Toy", tasks=(), tables=(SummaryTable(
+        "toy_table", "Toy", build=lambda tasks, rows: pa.table({}),
+        metrics=lambda table: {"by group/Hard Cases": float(table.num_rows)},
+        heatmap=lambda table: [{"target_length": 1024, "depth": 50.0, "n": 2, "score": 75.0}]),))
+    monkeypatch.setitem(FAMILIES, "toy", toy)
+    tables = load_tables(build_root(_cfg(tmp_path)))
+    tables["toy_table"] = pa.table({"x": [1, 2]})
+    metrics = summary_metrics(tables)
+    assert metrics["toy/by_group/hard_cases"] == 2.0  # `family_metric_key`: the family, then W&B-safe parts
+    heatmaps = {s.key: s for s in plot_specs(tables) if isinstance(s, HeatmapSpec)}
+    assert (heatmaps["heatmaps/toy"].depths, heatmaps["heatmaps/toy"].values) == ([50.0], [[75.0]])
+    assert "heatmaps/tail" in heatmaps  # TAIL's Figure 5, through the same hook
 
 
 def test_length_history_puts_every_curve_on_the_length_axis(tmp_path):

@@ -2,8 +2,9 @@
 
 A family is one package under `longeval/tasks/` with a `FAMILY`: its tasks (each with its judge bound), the
 summary tables its paper reports besides the common ones (built from the family's scores, written under
-`summary/<name>`, shown in the terminal, logged to W&B), the words the HTML report puts above its section, and
-the skill group of each task (which adaptive runs report an effective length for). Registering it in
+`summary/<name>`, shown in the terminal, logged to W&B with their summary metrics), the words the HTML report
+puts above its section, its own views in the W&B dashboards, and the skill group of each task (which adaptive
+runs report an effective length for). Registering it in
 `longeval.tasks.FAMILIES` is the only other step (plus its `conf/suite` files).
 """
 
@@ -27,8 +28,7 @@ class SummaryTable:
 
     `build(tasks, rows)` gets the run's per task x length summary (`summary/tasks`, this family's rows) and the
     family's score rows with meta; it is pure. `render(table)` gives what the terminal prints after the results
-    (a rich renderable), or None to print nothing. `log` sends the table to W&B as `results/<name>`, and
-    `metrics(table)` adds W&B summary metrics.
+    (a rich renderable), or None to print nothing. `log` sends the table to W&B as `results/<name>`.
     """
 
     name: str
@@ -37,6 +37,24 @@ class SummaryTable:
     render: Callable[[pa.Table], Any] | None = None
     log: bool = True
     metrics: Callable[[pa.Table], dict[str, float]] | None = None
+    """The table's W&B summary metrics by name under the family: `breakdown/hard` is logged as
+    `longbench_v2/breakdown/hard` (each `/`-separated part made W&B-safe by `tracking.family_metric_key`)."""
+    heatmap: Callable[[pa.Table], list[dict[str, Any]]] | None = None
+    """Set when the table is the family's own depth x length grid (TAIL's Figure 5): its cells, each with
+    `target_length`, `depth`, `n` and `score` (%). W&B shows them as the family's heatmap instead of the one
+    binned from the scores."""
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One of a family's own views in its section of the W&B dashboards (`longeval.dashboards`)."""
+
+    title: str = ""
+    """Shown after the family's title (`LongBench v2: accuracy by domain (%)`); unused for a table."""
+    metrics: tuple[str, ...] = ()
+    """Bars of these summary metrics, named as the family's `SummaryTable.metrics` name them."""
+    table: str | None = None
+    """Instead, a logged result table (`results/<table>`): one of the family's or a common one (`errors`)."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +86,14 @@ class Family:
     is in a group named after the family."""
     sampling: Sampling | None = None
     """How `suite.subsets` spreads instances over lengths, for the family whose paper defines it."""
+    has_depth: bool = True
+    """Its instances put the information at a depth of the context; False for whole documents (LongBench v2),
+    whose dashboards then show no depth x length heatmap."""
+    cumulative_curves: bool = False
+    """Its paper reads cumulative "up to length L" curves (Michelangelo's Figures 1-8): the dashboards show one
+    per task."""
+    panels: tuple[Panel, ...] = ()
+    """Its own views in the dashboards, after its headline bars and length curves."""
 
     def skill_group(self, task: str) -> str:
         return self.skill_groups.get(task, self.name)

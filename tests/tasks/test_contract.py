@@ -41,3 +41,12 @@ def test_every_task_belongs_to_one_registered_family():
         assert all(callable(spec.judge) for spec in family.tasks)
         names = [table.name for table in family.tables]
         assert len(set(names)) == len(names)
+
+
+def test_every_declared_panel_shows_either_metrics_or_a_table():
+    for family in FAMILIES.values():
+        for panel in family.panels:
+            assert bool(panel.metrics) != (panel.table is not None), (family.name, panel)
+            assert panel.table is not None or panel.title, (family.name, panel)
+        if any(panel.metrics for panel in family.panels):  # bars need a table that gives summary metrics
+            assert any(table.metrics for table in family.tables), family.name

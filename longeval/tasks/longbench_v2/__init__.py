@@ -14,7 +14,7 @@ from __future__ import annotations
 from longeval.report.table import render_breakdown
 from longeval.scoring.judgement import Judge
 from longeval.tasks.base import TaskSpec
-from longeval.tasks.family import Family, SummaryTable
+from longeval.tasks.family import Family, Panel, SummaryTable
 from longeval.tasks.longbench_v2.data import (
     DIFFICULTIES,
     DOMAINS,
@@ -35,7 +35,7 @@ from longeval.tasks.longbench_v2.scoring import (
     is_invalid,
     score_longbench_v2,
 )
-from longeval.tasks.longbench_v2.summary import breakdown_table
+from longeval.tasks.longbench_v2.summary import breakdown_metric, breakdown_metrics, breakdown_table
 from longeval.tasks.longbench_v2.task import (
     COT_ANSWER_MAX_NEW_TOKENS,
     COT_MAX_NEW_TOKENS,
@@ -98,5 +98,11 @@ FAMILY = Family(
     intro="LongBench v2's Table 2: accuracy overall, by difficulty, by length bucket (short < 32k, "
           "medium 32k–128k, long > 128k words) and by domain. Compensated accuracy counts an "
           "unparseable answer as a 0.25 guess (its Table 5); chance is 25.",
-    tables=(SummaryTable("longbench_v2", "LongBench v2: Table 2", breakdown_table, render_breakdown),),
+    tables=(SummaryTable("longbench_v2", "LongBench v2: Table 2", breakdown_table, render_breakdown,
+                         metrics=breakdown_metrics),),
+    has_depth=False,
+    panels=(Panel("accuracy by difficulty and length (%)",
+                  tuple(breakdown_metric(g) for g in ("overall", *DIFFICULTIES, *LENGTHS))),
+            Panel("accuracy by domain (%)", tuple(breakdown_metric(d) for d in DOMAINS)),
+            Panel("compensated accuracy (%)", (breakdown_metric("overall", compensated=True),))),
 )

@@ -57,4 +57,5 @@ FAMILY = Family(
           "scores against it, not against 0.",
     tables=(SummaryTable("chance", "Michelangelo: chance rates (Appendix B)", chance_rates, render_chance),),
     sampling=Sampling(choices=tuple(SUBSETS), counts=stacked_counts, weights=stacked_weights),
+    cumulative_curves=True,
 )

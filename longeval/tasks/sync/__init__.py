@@ -19,7 +19,7 @@ from longeval.aggregate import ladder
 from longeval.report.table import render_ladder
 from longeval.scoring.judgement import Judgement
 from longeval.tasks.base import Draft, TaskSpec
-from longeval.tasks.family import Family, SummaryTable
+from longeval.tasks.family import Family, Panel, SummaryTable
 from longeval.tasks.sync.graph import (
     GraphParams,
     generate_connected_nodes,
@@ -127,4 +127,5 @@ FAMILY = Family(
           "types are the paper's Table 5.",
     tables=(SummaryTable("sync_ladder", "SYNC: retrieval, tracking and global on one context",
                          lambda tasks, rows: ladder(tasks, LADDER), render_ladder),),
+    panels=(Panel(table="sync_ladder"), Panel(table="errors")),  # the ladder and the error types (its Table 5)
 )

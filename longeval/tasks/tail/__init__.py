@@ -20,7 +20,7 @@ from __future__ import annotations
 from longeval.report.table import render_heatmap
 from longeval.scoring.judgement import Judge
 from longeval.tasks.base import TaskSpec
-from longeval.tasks.family import Family, SummaryTable
+from longeval.tasks.family import Family, Panel, SummaryTable
 from longeval.tasks.tail.choice import parse_choice
 from longeval.tasks.tail.dataset import (
     DATASET_KEY,
@@ -78,7 +78,15 @@ from longeval.tasks.tail.scoring import (
     score_tail,
     summarise_lengths,
 )
-from longeval.tasks.tail.summary import grid_table, headline_table, render_headline
+from longeval.tasks.tail.summary import (
+    HEADLINE_METRICS,
+    grid_cells,
+    grid_table,
+    headline_metric,
+    headline_metrics,
+    headline_table,
+    render_headline,
+)
 from longeval.tasks.tail.task import (
     COT_MAX_NEW_TOKENS,
     DIRECT_MAX_NEW_TOKENS,
@@ -183,6 +191,10 @@ FAMILY = Family(
           "size (wAvg(inc) weights = the lengths), RULER by their rank (1..L), so the leaderboard's TAIL row and "
           "TAIL Table 2 below give different wAvg for the same accuracies; quote Table 2 against the paper.",
     tables=(SummaryTable("tail_grid", "TAIL: accuracy by depth and length (Figure 5)", grid_table, render_heatmap,
-                         log=False),  # W&B gets it as a heatmap image (tracking.plot_specs)
-            SummaryTable("tail_headline", "TAIL: Table 2", headline_table, render_headline)),
+                         log=False, heatmap=grid_cells),  # W&B gets it as a heatmap image (tracking.plot_specs)
+            SummaryTable("tail_headline", "TAIL: Table 2", headline_table, render_headline,
+                         metrics=headline_metrics)),
+    panels=(Panel("Avg / wAvg(inc) / wAvg(dec) as TAIL weighs them (%)",
+                  tuple(headline_metric(m) for m in HEADLINE_METRICS[:3])),
+            Panel("longest / shortest length ratio", (headline_metric("ratio"),))),
 )

@@ -19,6 +19,8 @@ HEADLINE_SCHEMA = pa.schema([
     ("answers", pa.int64()), ("judged", pa.int64()), ("judge_mapped", pa.int64())])
 """`wavg_inc`/`wavg_dec` here are TAIL's length-weighted averages (weights = the lengths), not RULER's
 rank-weighted ones of `summary/headline`; the column names are TAIL's Table 2 headers."""
+HEADLINE_METRICS = ("avg", "wavg_inc", "wavg_dec", "ratio")
+"""TAIL's Table 2 numbers that W&B gets as summary metrics (`tail/tail_headline/ratio`)."""
 
 
 def grid_table(tasks: pa.Table, rows: ScoreRows) -> pa.Table:
@@ -41,6 +43,22 @@ def headline_table(tasks: pa.Table, rows: ScoreRows) -> pa.Table:
                     "answers": len(model_rows), "judged": len(judged),
                     "judge_mapped": sum(1 for r in judged if r["error_type"] != "unmapped")})
     return pa.Table.from_pylist(out, schema=HEADLINE_SCHEMA)
+
+
+def headline_metric(metric: str) -> str:
+    """The summary metric name of a Table 2 number, under the family (`tail_headline/ratio`)."""
+    return f"tail_headline/{metric}"
+
+
+def headline_metrics(table: pa.Table) -> dict[str, float]:
+    """Table 2's numbers as W&B summary metrics (the run's one model; a missing number is left out)."""
+    return {headline_metric(metric): row[metric] for row in table.to_pylist() for metric in HEADLINE_METRICS
+            if row.get(metric) is not None}
+
+
+def grid_cells(table: pa.Table) -> list[dict]:
+    """Figure 5's cells as the family's heatmap: accuracy is the score."""
+    return [{**row, "score": row["accuracy"]} for row in table.to_pylist()]
 
 
 def render_headline(table: pa.Table) -> Group:
