@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from longeval.errors import StoreError
-from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
+from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, ErrorKind
 from longeval.store import RunRoot
 from longeval.tasks import FAMILIES
 
@@ -213,7 +213,8 @@ def instance_rows(uri: str) -> pa.Table:
     outputs: dict[str, tuple[str, str]] = {}
     columns = [preds[c].to_pylist() for c in ("instance_id", "output", "finish_reason", "error")]
     for iid, output, finish, error in zip(*columns, strict=True):
-        if iid not in outputs or not error.startswith("engine_error"):  # a retried engine error is replaced
+        # a retried engine error is replaced
+        if iid not in outputs or ErrorKind.of(error) is not ErrorKind.ENGINE_ERROR:
             outputs[iid] = (output[:_OUTPUT_CHARS], finish)
     ids = scores["instance_id"].to_pylist()
     return pa.table({

@@ -33,14 +33,14 @@ from longeval.dispatch import Work, assign
 from longeval.errors import LongevalError
 from longeval.plan import Plan, Pool, in_plan
 from longeval.plan import size_pool as plan_size_pool
-from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, Prediction
+from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, ErrorKind, Prediction
+from longeval.shards import ShardName
 from longeval.store import RunRoot
 
 log = logging.getLogger(__name__)
 
 META_COLUMNS = ["instance_id", "family", "task", "context_id", "target_length", "input_tokens", "max_new_tokens",
                 "depth", "seed", "shard_index", "index"]
-ENGINE_ERROR = "engine_error"
 
 
 def pending_predictions(root: RunRoot) -> tuple[pa.Table, set[str]]:
@@ -52,7 +52,7 @@ def pending_predictions(root: RunRoot) -> tuple[pa.Table, set[str]]:
 def final_ids(root: RunRoot) -> set[str]:
     """Instances whose prediction is final: written and not an engine error."""
     preds = root.read_stage("predictions", PREDICTION_SCHEMA, columns=["instance_id", "error"])
-    final = pc.invert(pc.starts_with(preds["error"], ENGINE_ERROR))
+    final = pc.invert(ErrorKind.ENGINE_ERROR.matches(preds["error"]))
     return set(preds.filter(final)["instance_id"].to_pylist())
 
 
@@ -106,7 +106,8 @@ def record_too_long(cfg: Config, pool: Pool, todo: pa.Table, root: RunRoot) -> p
         rows = [
             Prediction(instance_id=i, model_id=cfg.model.name, output="", output_tokens=0,
                        finish_reason="not_sent", cached_prompt_tokens=0, latency_s=0.0,
-                       error=f"prompt_too_long: {n} tokens > max_model_len {pool.max_model_len}").to_row()
+                       error=ErrorKind.PROMPT_TOO_LONG.format(f"{n} tokens > max_model_len {pool.max_model_len}"),
+                       ).to_row()
             for i, n in zip(too_long["instance_id"].to_pylist(), total.filter(over).to_pylist(), strict=True)
         ]
         root.write_part("predictions", pa.Table.from_pylist(rows, schema=PREDICTION_SCHEMA))
@@ -132,7 +133,7 @@ def schedule(todo: pa.Table) -> list[Work]:
 def shard_of(row: dict[str, Any]) -> str:
     """The name every instance shard that may hold a row starts with: its generated shard, and the follow-up
     shards written beside it (`longeval.followup`)."""
-    return f"{row['family']}.{row['task']}.L{row['target_length']}.s{row['seed']}.{row['shard_index']:05d}"
+    return ShardName.of(row).prefix
 
 
 # -- the replica actor ------------------------------------------------------------------------------------------
@@ -391,7 +392,8 @@ class _PoolDriver:
         if self.restarts[k] > self.cfg.cluster.engine_restarts:
             log.error("%s failed %d times; its %d unfinished prompts are recorded as engine errors (a rerun retries "
                       "them): %s", self.name(k), self.restarts[k], len(left), _cause(exc))
-            self._record_failed(left, f"{ENGINE_ERROR}: {self.name(k)} failed {self.restarts[k]} times: {_cause(exc)}")
+            self._record_failed(left, ErrorKind.ENGINE_ERROR.format(
+                f"{self.name(k)} failed {self.restarts[k]} times: {_cause(exc)}"))
             self.finished[k] = len(self.work[k])
             return
         log.warning("%s died (%s); starting it again on its %d unfinished prompts", self.name(k), _cause(exc),
@@ -445,8 +447,8 @@ def _infer_api(cfg: Config, pool: Pool, send: pa.Table, root: RunRoot, model_pat
     import ray
 
     fs, paths = root.stage_files("instances")
-    lengths = {f".L{n}." for n in pool.lengths}
-    paths = [p for p in paths if any(tag in p.rsplit("/", 1)[-1] for tag in lengths)]
+    paths = [p for p in paths if ShardName.parse(p.rsplit("/", 1)[-1].removesuffix(".parquet")).target_length
+             in pool.lengths]
     columns = ["instance_id", "prompt_token_ids", "max_new_tokens", "target_length"]
     if cfg.model.api.mode == "chat":  # chat requests send the text, not the token ids
         columns += ["prompt", "answer_prefix"]
