@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from longeval.errors import ConfigError
+from longeval.records import ErrorKind
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
@@ -53,7 +54,7 @@ CI_BOOTSTRAP = "bootstrap"
 _Z95 = 1.959963984540054  # two-sided 95 % normal quantile
 _TAILS = (2.5, 97.5)
 _DRAW_CHUNK = 1 << 21  # resampled indices drawn at once: bounds memory for very large cells
-_FAILURE_COUNTS = {"nulls": "null", "too_long": "prompt_too_long", "errors": "engine_error"}
+_FAILURE_COUNTS = {"nulls": "null", "too_long": ErrorKind.PROMPT_TOO_LONG.value, "errors": ErrorKind.ENGINE_ERROR.value}
 _LENGTH_KEYS = ("model_id", "family", "target_length")
 _MODEL_KEYS = ("model_id", "family")
 

@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from longeval.config import Config
-from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, Instance, Prediction, content_id
+from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, ErrorKind, Instance, Prediction, content_id
+from longeval.shards import ShardName
 from longeval.store import RunRoot
 
 PARENT_KEY = "parent_id"
@@ -53,9 +54,9 @@ def write_followups(cfg: Config, root: RunRoot, model_path: str) -> int:
         return 0
     done = set(instances["instance_id"].to_pylist())
     preds = root.read_stage("predictions", PREDICTION_SCHEMA)
-    final = {p["instance_id"]: p for p in preds.to_pylist() if not p["error"].startswith("engine_error")}
+    final = {p["instance_id"]: p for p in preds.to_pylist() if ErrorKind.of(p["error"]) is not ErrorKind.ENGINE_ERROR}
     ctx = make_context(cfg, model_path)
-    shards: dict[str, list[dict]] = defaultdict(list)
+    shards: dict[ShardName, list[dict]] = defaultdict(list)
     failed: list[dict] = []
     for row in marked.to_pylist():
         parent = Instance.from_row(row)
@@ -75,17 +76,18 @@ def write_followups(cfg: Config, root: RunRoot, model_path: str) -> int:
         child = make_instance(second, draft, ctx, target_length=parent.target_length, seed=parent.seed,
                               shard_index=parent.shard_index, index=parent.index)
         child = dataclasses.replace(child, instance_id=child_id, context_id=child_id)
-        shard = f"{parent.family}.{parent.task}.L{parent.target_length}.s{parent.seed}.{parent.shard_index:05d}"
+        shard = ShardName(parent.family, parent.task, parent.target_length, parent.seed, parent.shard_index)
         shards[shard].append(child.to_row())
         if not sent:  # the chain broke at its first call: the follow-up fails the same way, unsent
+            # (a final prediction never sent: its prompt was too long, the one failure that is not retried)
+            kind = ErrorKind.of(pred["error"]) or ErrorKind.PROMPT_TOO_LONG
             failed.append(Prediction(instance_id=child_id, model_id=pred["model_id"], output="", output_tokens=0,
                                      finish_reason="not_sent", cached_prompt_tokens=0, latency_s=0.0,
-                                     error=f"{pred['error'].split(':')[0]}: in the first call of the chain "
-                                           f"({pred['error']})").to_row())
+                                     error=kind.format(f"in the first call of the chain ({pred['error']})")).to_row())
     for shard, rows in shards.items():
         table = pa.Table.from_pylist(rows, schema=INSTANCE_SCHEMA)
         tag = content_id(sorted(r["instance_id"] for r in rows))[:8]
-        root.write_table("instances", f"{shard}f{tag}", table)
+        root.write_table("instances", dataclasses.replace(shard, followup=tag).text, table)
     if failed:
         root.write_part("predictions", pa.Table.from_pylist(failed, schema=PREDICTION_SCHEMA))
     return sum(len(rows) for rows in shards.values())

@@ -25,6 +25,7 @@ from longeval.capacity import (
 )
 from longeval.config import Config, ModelConfig
 from longeval.errors import ConfigError
+from longeval.shards import ShardName
 from longeval.tasks import get_task, sampling
 
 
@@ -40,7 +41,7 @@ class ShardSpec:
     @property
     def name(self) -> str:
         family, task = self.task.split("/")
-        return f"{family}.{task}.L{self.target_length}.s{self.seed}.{self.shard_index:05d}"
+        return ShardName(family, task, self.target_length, self.seed, self.shard_index).text
 
     def to_row(self) -> dict:
         return asdict(self)

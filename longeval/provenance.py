@@ -5,18 +5,37 @@ from __future__ import annotations
 import logging
 import platform
 from dataclasses import asdict
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
 
 from longeval import __version__
 from longeval.config import Config, to_yaml
+from longeval.errors import ConfigError
 from longeval.plan import make_plan
 from longeval.store import RunRoot
+from longeval.tasks.base import DataPaths, data_fingerprint
 
 log = logging.getLogger(__name__)
+
+PROMPT_SETTINGS = ("model.chat_template", "model.answer_prefix", "model.reasoning", "model.system_prompt",
+                   "model.prompt_format", "model.ruler_template")
+"""Model settings that change the prompts or how outputs are read, and so the instance ids."""
+SUITE_SETTINGS = ("suite.seed", "suite.params")
+"""Suite settings that change every instance (lengths, tasks and samples only choose which exist)."""
+DATA_SETTINGS = ("suite.data.essay_dir", "suite.data.squad_path", "suite.data.hotpotqa_path",
+                 "suite.data.longbench_v2_path")
+"""Where the data lives: a run root keeps its paths, and its `data_fingerprint` for what they hold."""
+RUN_SETTINGS = ("model.path", *PROMPT_SETTINGS, *SUITE_SETTINGS, *DATA_SETTINGS)
+"""The config keys that identify a run root's rows: a rerun into the root must keep every one of them."""
+COMPARED_SETTINGS = (*SUITE_SETTINGS, *PROMPT_SETTINGS)
+"""The run settings two runs of different models (or machines) should share to compare instance by instance."""
+COMPARED_VERSIONS = ("tokenizer_fingerprint", "chat_template_fingerprint", "data_fingerprint")
+"""Their `versions.json` fingerprints that decide instance ids."""
 
 
 def write_provenance(cfg: Config, root: RunRoot, model_path: str) -> None:
     """The resolved config and every version and fingerprint needed to reproduce a number."""
-    from longeval.tasks.base import DataPaths, data_fingerprint
     from longeval.tasks.ruler.templates import TEMPLATES_FINGERPRINT
     from longeval.text.corpus import load_essays
     from longeval.text.ruler_format import RULER_MODEL_TEMPLATES_FINGERPRINT
@@ -33,7 +52,7 @@ def write_provenance(cfg: Config, root: RunRoot, model_path: str) -> None:
         "ruler_templates_fingerprint": TEMPLATES_FINGERPRINT,
         "ruler_model_templates_fingerprint": RULER_MODEL_TEMPLATES_FINGERPRINT,
         "essay_corpus": {"name": corpus.name, "fingerprint": corpus.fingerprint, "words": corpus.words},
-        "data_fingerprint": data_fingerprint(DataPaths(**asdict(cfg.suite.data))),
+        "data_fingerprint": _data_fingerprint(cfg),
         "model_path": model_path,
     }
     root.write_text("config.yaml", to_yaml(cfg))
@@ -51,20 +70,26 @@ def _version(dist: str) -> str:
     return "not installed"
 
 
+def _data_fingerprint(cfg: Config) -> str:
+    return data_fingerprint(DataPaths(**asdict(cfg.suite.data)))
+
+
+def run_identity(config: Config | DictConfig | dict[str, Any],
+                 keys: tuple[str, ...] = RUN_SETTINGS) -> dict[str, Any]:
+    """`{key: value}` of the settings that identify a run (None where an older config.yaml lacks one), from a
+    config or a run root's stored config.yaml."""
+    tree = config if isinstance(config, DictConfig) else OmegaConf.create(config)
+    return {key: OmegaConf.select(tree, key, default=None) for key in keys}
+
+
 def _check_same_config(cfg: Config, root: RunRoot) -> None:
     """Refuse to mix instances from a different suite or model into an existing run root."""
-    from longeval.errors import ConfigError
-
     if not root.exists("config.yaml"):
         return
-    from omegaconf import OmegaConf
-
     old = OmegaConf.create(root.read_text("config.yaml"))
-    for key in ("model.path", "model.chat_template", "model.answer_prefix", "model.reasoning", "model.system_prompt",
-                "model.prompt_format", "model.ruler_template",
-                "suite.seed", "suite.params", "suite.data.essay_dir", "suite.data.squad_path",
-                "suite.data.hotpotqa_path", "suite.data.longbench_v2_path"):
-        was, now = OmegaConf.select(old, key), OmegaConf.select(OmegaConf.structured(cfg), key)
+    before, after = run_identity(old), run_identity(cfg)
+    for key in RUN_SETTINGS:
+        was, now = before[key], after[key]
         if was != now:
             raise ConfigError(
                 f"run root {root.uri} was made with {key}={was!r}, not {now!r}; use another run_name=... "
@@ -72,10 +97,8 @@ def _check_same_config(cfg: Config, root: RunRoot) -> None:
             )
     _check_same_ranges(cfg, old, root)
     if root.exists("versions.json"):
-        from longeval.tasks.base import DataPaths, data_fingerprint
-
         was = root.read_json("versions.json").get("data_fingerprint")
-        if was and was != data_fingerprint(DataPaths(**asdict(cfg.suite.data))):
+        if was and was != _data_fingerprint(cfg):
             raise ConfigError(
                 f"the data files behind run root {root.uri} changed since it was made (essay corpus or QA files); "
                 "use another run_name=... to evaluate the new data, or delete that run root"
@@ -87,10 +110,6 @@ def _check_same_ranges(cfg: Config, old, root: RunRoot) -> None:
     rerun would take the old shard for done and miss them. Fewer samples are fine: the summaries keep only the
     current plan's instances (`in_plan`)."""
     import dataclasses
-
-    from omegaconf import OmegaConf
-
-    from longeval.errors import ConfigError
 
     was = {k: OmegaConf.select(old, f"suite.{k}") for k in ("samples", "shard_size", "subsets")}
     if None in (was["samples"], was["shard_size"]):

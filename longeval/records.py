@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 
 def content_id(*parts: Any) -> str:
@@ -82,6 +85,32 @@ INSTANCE_SCHEMA = pa.schema(
 )
 
 
+class ErrorKind(StrEnum):
+    """Why a prediction failed: the head of its `error` string, `"<kind>: <detail>"` ("" when it did not fail).
+
+    Run roots hold these strings, so `format` writes exactly what earlier versions wrote and `of` reads any of them.
+    """
+
+    PROMPT_TOO_LONG = "prompt_too_long"
+    """Never sent: the prompt and its output budget exceed the engine's max_model_len. Final, scored 0."""
+    ENGINE_ERROR = "engine_error"
+    """The engine or API failed on it. Not final: the next run retries it."""
+
+    def format(self, detail: str) -> str:  # replaces str.format, which means nothing for a kind
+        """The `error` string of a prediction that failed this way."""
+        return f"{self.value}: {detail}"
+
+    @classmethod
+    def of(cls, error: str) -> ErrorKind | None:
+        """The kind of an `error` string: None for "" (no failure) and for a head this version does not know."""
+        head = error.partition(":")[0]
+        return cls(head) if head in cls._value2member_map_ else None
+
+    def matches(self, errors: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+        """`ErrorKind.of(e) is self` over an `error` column (null where the error is null)."""
+        return pc.match_substring_regex(errors, f"^{re.escape(self.value)}(:|$)")
+
+
 @dataclass(frozen=True)
 class Prediction:
     """What the engine returned for one instance. A failure is data (`error`), never a dropped row."""
@@ -93,7 +122,7 @@ class Prediction:
     finish_reason: str
     cached_prompt_tokens: int
     latency_s: float
-    error: str = ""  # "" when fine; "prompt_too_long", "engine_error: ..." otherwise
+    error: str = ""  # "" when fine; else `ErrorKind.format`: "prompt_too_long: ...", "engine_error: ..."
     replica: str = ""
     """Which engine made it: pool, replica and restart (`pool0/r1#1`); "" for rows never sent."""
     node: str = ""
@@ -172,6 +201,6 @@ def latest_predictions(preds: pa.Table) -> pa.Table:
     """One prediction per instance: a final one if any (an engine error is replaced by its retry)."""
     seen: dict[str, int] = {}
     for i, (iid, err) in enumerate(zip(preds["instance_id"].to_pylist(), preds["error"].to_pylist(), strict=True)):
-        if iid not in seen or not err.startswith("engine_error"):
+        if iid not in seen or ErrorKind.of(err) is not ErrorKind.ENGINE_ERROR:
             seen[iid] = i
     return preds.take(pa.array(sorted(seen.values()), pa.int64()))

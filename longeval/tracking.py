@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 from longeval.aggregate import EFFECTIVE_LENGTH_THRESHOLD, headline, length_table
 from longeval.config import Config, redact, to_yaml
 from longeval.errors import LongevalError
+from longeval.shards import ShardName
 from longeval.store import RunRoot
 from longeval.tasks import FAMILIES
 
@@ -820,13 +821,12 @@ class WandbTracker:
             return {}
         fs, paths = self.root.stage_files("instances")
         picked = instances.filter(pc.is_in(instances["instance_id"], pa.array(sorted(wanted), pa.string())))
-        bases = {f"{r['family']}.{r['task']}.L{r['target_length']}.s{r['seed']}.{r['shard_index']:05d}"
-                 for r in picked.to_pylist()}
+        bases = {ShardName.of(r).prefix for r in picked.to_pylist()}
         out: dict[str, str] = {}
         chars = self.cfg.tracking.text_chars
         for path in paths:
             name = path.rsplit("/", 1)[-1].removesuffix(".parquet")
-            if not any(name.startswith(base) for base in bases):  # a shard, or its follow-ups: <base>f<tag>
+            if ShardName.parse(name).prefix not in bases:  # a shard, or its follow-ups
                 continue
             table = pq.read_table(path, filesystem=fs, columns=["instance_id", "prompt"])
             for iid, prompt in zip(table["instance_id"].to_pylist(), table["prompt"].to_pylist(), strict=True):

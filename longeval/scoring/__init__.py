@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from longeval.errors import ConfigError, LongevalError
-from longeval.records import Instance, Prediction, Score
+from longeval.records import ErrorKind, Instance, Prediction, Score
 from longeval.scoring.judgement import Judge, Judgement, wants_raw_output
 from longeval.scoring.string_match import (
     judge_all,
@@ -60,10 +60,10 @@ def score_prediction(instance: Instance, prediction: Prediction, judge: Judge) -
     raw = wants_raw_output(judge)
     answer = output if raw else postprocess_prediction(output)
 
-    if prediction.error.startswith("prompt_too_long"):
-        value, error_type = 0.0, "prompt_too_long"
-    elif prediction.error:
-        value, error_type = 0.0, "engine_error"
+    if ErrorKind.of(prediction.error) is ErrorKind.PROMPT_TOO_LONG:
+        value, error_type = 0.0, ErrorKind.PROMPT_TOO_LONG.value
+    elif prediction.error:  # an engine error, or a kind this version does not know
+        value, error_type = 0.0, ErrorKind.ENGINE_ERROR.value
     elif not answer.strip():
         value, error_type = 0.0, "null"
     else:

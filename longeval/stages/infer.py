@@ -36,14 +36,14 @@ from longeval.dispatch import Work, assign
 from longeval.errors import LongevalError
 from longeval.plan import Plan, Pool, in_plan, suite_seq_tokens
 from longeval.plan import size_pool as plan_size_pool
-from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, Prediction
+from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, ErrorKind, Prediction
+from longeval.shards import ShardName
 from longeval.store import RunRoot
 
 log = logging.getLogger(__name__)
 
 META_COLUMNS = ["instance_id", "family", "task", "context_id", "target_length", "input_tokens", "max_new_tokens",
                 "depth", "seed", "shard_index", "index"]
-ENGINE_ERROR = "engine_error"
 
 
 def pending_predictions(root: RunRoot) -> tuple[pa.Table, set[str]]:
@@ -55,7 +55,7 @@ def pending_predictions(root: RunRoot) -> tuple[pa.Table, set[str]]:
 def final_ids(root: RunRoot) -> set[str]:
     """Instances whose prediction is final: written and not an engine error."""
     preds = root.read_stage("predictions", PREDICTION_SCHEMA, columns=["instance_id", "error"])
-    final = pc.invert(pc.starts_with(preds["error"], ENGINE_ERROR))
+    final = pc.invert(ErrorKind.ENGINE_ERROR.matches(preds["error"]))
     return set(preds.filter(final)["instance_id"].to_pylist())
 
 
@@ -122,7 +122,8 @@ def record_too_long(cfg: Config, pool: Pool, todo: pa.Table, root: RunRoot) -> p
         rows = [
             Prediction(instance_id=i, model_id=cfg.model.name, output="", output_tokens=0,
                        finish_reason="not_sent", cached_prompt_tokens=0, latency_s=0.0,
-                       error=f"prompt_too_long: {n} tokens > max_model_len {pool.max_model_len}").to_row()
+                       error=ErrorKind.PROMPT_TOO_LONG.format(f"{n} tokens > max_model_len {pool.max_model_len}"),
+                       ).to_row()
             for i, n in zip(too_long["instance_id"].to_pylist(), total.filter(over).to_pylist(), strict=True)
         ]
         root.write_part("predictions", pa.Table.from_pylist(rows, schema=PREDICTION_SCHEMA))
@@ -148,7 +149,7 @@ def schedule(todo: pa.Table) -> list[Work]:
 def shard_of(row: dict[str, Any]) -> str:
     """The name every instance shard that may hold a row starts with: its generated shard, and the follow-up
     shards written beside it (`longeval.followup`)."""
-    return f"{row['family']}.{row['task']}.L{row['target_length']}.s{row['seed']}.{row['shard_index']:05d}"
+    return ShardName.of(row).prefix
 
 
 # -- the replica actor ------------------------------------------------------------------------------------------
@@ -200,7 +201,9 @@ class Replica:
         """The token ids of each prompt, read shard by shard as the engine asks for them (a few shards cached)."""
         from longeval.engines.vllm_engine import Request
 
-        names = sorted(self.root.shard_names("instances"))
+        by_prefix: dict[str, list[str]] = {}  # a generated shard's name -> it and its follow-up shards
+        for name in sorted(self.root.shard_names("instances")):
+            by_prefix.setdefault(ShardName.parse(name).prefix, []).append(name)
         cache: OrderedDict[str, dict[str, tuple[list[int], int]]] = OrderedDict()
 
         def load(name: str) -> dict[str, tuple[list[int], int]]:
@@ -216,9 +219,10 @@ class Replica:
             return cache[name]
 
         for instance_id, prefix in work:
-            found = next((hit for n in names if n.startswith(prefix) and (hit := load(n).get(instance_id))), None)
+            found = next((hit for n in by_prefix.get(prefix, ()) if (hit := load(n).get(instance_id))), None)
             if found is None:
-                raise LongevalError(f"instance {instance_id} is in no committed instance shard {prefix}*")
+                raise LongevalError(f"instance {instance_id} is in no committed instance shard {prefix} (or its "
+                                    "follow-ups)")
             yield Request(instance_id, [int(t) for t in found[0]], int(found[1]))
 
 
@@ -531,7 +535,8 @@ class _PoolDriver:
         if self.failures[k] > self.cfg.cluster.engine_restarts:
             log.error("%s failed %d times; its %d unfinished prompts are recorded as engine errors (a rerun retries "
                       "them): %s", name, self.failures[k], len(left), _cause(exc))
-            self._record_failed(left, f"{ENGINE_ERROR}: {name} failed {self.failures[k]} times: {_cause(exc)}")
+            self._record_failed(left, ErrorKind.ENGINE_ERROR.format(
+                f"{name} failed {self.failures[k]} times: {_cause(exc)}"))
             self.finished[k] = len(self.work[k])
             return
         log.warning("%s died (%s); starting it again on its %d unfinished prompts", name, _cause(exc), len(left))
@@ -576,8 +581,8 @@ def _infer_api(cfg: Config, pool: Pool, send: pa.Table, root: RunRoot, model_pat
     import ray
 
     fs, paths = root.stage_files("instances")
-    lengths = {f".L{n}." for n in pool.lengths}
-    paths = [p for p in paths if any(tag in p.rsplit("/", 1)[-1] for tag in lengths)]
+    paths = [p for p in paths if ShardName.parse(p.rsplit("/", 1)[-1].removesuffix(".parquet")).target_length
+             in pool.lengths]
     columns = ["instance_id", "prompt_token_ids", "max_new_tokens", "target_length"]
     if cfg.model.api.mode == "chat":  # chat requests send the text, not the token ids
         columns += ["prompt", "answer_prefix"]

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 from longeval.aggregate import cumulative, error_table, headline, length_table, summarise
 from longeval.config import Config
 from longeval.plan import in_plan, make_plan
-from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
+from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, ErrorKind
 from longeval.stages.infer import pending_predictions
 from longeval.store import RunRoot
 from longeval.tasks import FAMILIES, sampling
@@ -104,7 +104,7 @@ def run_status(cfg: Config, root: RunRoot) -> dict:
     ids = set(meta["instance_id"].to_pylist())
     preds = root.read_stage("predictions", PREDICTION_SCHEMA, columns=["instance_id", "error"])
     failed = {i for i, e in zip(preds["instance_id"].to_pylist(), preds["error"].to_pylist(), strict=True)
-              if e.startswith("engine_error")} - done
+              if ErrorKind.of(e) is ErrorKind.ENGINE_ERROR} - done
     missing = ids - done
     return {"complete": written == planned and not missing, "shards_planned": len(planned),
             "shards_written": len(written), "instances": len(ids), "predicted": len(ids & done),
