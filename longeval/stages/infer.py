@@ -91,9 +91,10 @@ def _infer_round(cfg: Config, plan: Plan, root: RunRoot, engines: Engines, progr
         todo = mine.filter(pa.array([i not in done for i in mine["instance_id"].to_pylist()], pa.bool_()))
         if not todo.num_rows:
             continue
-        if todo.num_rows < mine.num_rows:
-            log.warning("%s: resuming: %d of %d prompts already have a prediction, %d to run", pool.name,
-                        mine.num_rows - todo.num_rows, mine.num_rows, todo.num_rows)
+        if todo.num_rows < mine.num_rows:  # a resumed run; in an adaptive run, every round after the first
+            say = log.info if cfg.suite.adaptive else log.warning
+            say("%s: %d of %d prompts already have a prediction, %d to run", pool.name,
+                mine.num_rows - todo.num_rows, mine.num_rows, todo.num_rows)
         send = record_too_long(cfg, pool, todo, root)
         ran += todo.num_rows - send.num_rows
         if send.num_rows:
