@@ -41,12 +41,7 @@ LEGACY_STAGES = ("instances", "predictions", "scores", "summary")
 class RunRoot:
     """The folder (or S3 prefix) that holds everything one evaluation run writes.
 
-    Args:
-        uri: a local path, `file:///abs/path` or `s3://bucket/prefix`.
-        attempts: tries per S3 operation for transient errors (connection refused, 5xx, throttling), at least.
-        connect_timeout: seconds to wait for an S3 connection before counting the attempt as failed.
-        patience_s: keep retrying transient S3 errors this long (an S3 server restarting mid-run); default
-            $LONGEVAL_S3_PATIENCE_S, else 300 s.
+    `uri` and the retry settings are those of `longeval.files.Location`, which every file access goes through.
     """
 
     def __init__(
