@@ -24,6 +24,7 @@ from typing import Any
 
 from longeval.config import ModelConfig
 from longeval.errors import ConfigError
+from longeval.models import built_model_dir
 
 KIB = 2**10
 MIB = 2**20
@@ -294,8 +295,6 @@ def model_arch(model: ModelConfig) -> ModelArch:
 def read_config_json(path: str) -> dict[str, Any] | None:
     """`<path>/config.json` for a local folder or a packaged model setup has built; None for anything else
     (s3://, a packaged model not built yet, missing)."""
-    from longeval.models import built_model_dir
-
     if "://" in path:
         return None
     folder = built_model_dir(path) or Path(path).expanduser()

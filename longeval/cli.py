@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import sys
 
 from rich.console import Console
@@ -28,7 +29,13 @@ from rich.table import Table
 from rich.text import Text
 
 from longeval import interrupt
-from longeval.errors import LongevalError
+from longeval.errors import ConfigError, LongevalError
+from longeval.models import build_tiny_model, prepare_smollm2, resolve_model_path
+from longeval.text.essays import default_urls, fetch_essays, read_url_list
+
+# A command imports the modules it runs inside its handler: they load pyarrow, OmegaConf, the task registry and
+# matplotlib (and Ray and vLLM when a stage runs), which `longeval --help`, a typo or another command should not
+# wait for. Modules that need none of that are imported above. tests/test_imports.py allows this file's local imports.
 
 PIPED_WIDTH = 240
 """Output to a file or a pipe is not cut at rich's default 80 columns: wide tables and long paths stay whole."""
@@ -100,10 +107,10 @@ def cmd_run(overrides: list[str], stages: tuple[str, ...]) -> None:
 
 
 def cmd_plan(overrides: list[str]) -> None:
-    from longeval.capacity import check_runnable, find_model_arch
+    from longeval.capacity import check_runnable, find_model_arch, format_bytes, kv_cache_dtype_bytes, kv_cache_tokens
     from longeval.config import load_config
-    from longeval.errors import ConfigError
     from longeval.plan import check_lengths, make_plan, size_pool, suite_seq_tokens
+    from longeval.tasks import get_task
 
     cfg = load_config(overrides)
     check_lengths(cfg)  # a length the model cannot read, or a model vLLM cannot load, is refused here as in a run
@@ -118,8 +125,6 @@ def cmd_plan(overrides: list[str]) -> None:
     table = Table(title=f"plan: {plan.instances} instances in {len(plan.shards)} shards")
     for col in ("task", "length", "shards", "instances", "output budget"):
         table.add_column(col)
-    from longeval.tasks import get_task
-
     groups: dict[tuple[str, int], list] = {}
     for shard in plan.shards:
         groups.setdefault((shard.task, shard.target_length), []).append(shard)
@@ -127,8 +132,6 @@ def cmd_plan(overrides: list[str]) -> None:
         table.add_row(task, str(length), str(len(shards)), str(sum(s.stop - s.start for s in shards)),
                       str(get_task(task, cfg.suite.params).max_new_tokens))
     console.print(table)
-
-    from longeval.capacity import format_bytes, kv_cache_dtype_bytes, kv_cache_tokens
 
     arch = find_model_arch(cfg.model)
     for pool in plan.pools:
@@ -210,8 +213,6 @@ def _print_gpu_hours(cfg, arch, groups: dict) -> None:
 
 
 def cmd_models(args: argparse.Namespace) -> None:
-    from longeval.models import build_tiny_model, prepare_smollm2
-
     path = prepare_smollm2()
     console.print(f"SmolLM2-135M-Instruct: {path}")
     if args.tiny:
@@ -221,7 +222,6 @@ def cmd_models(args: argparse.Namespace) -> None:
 def cmd_mrcr(args: argparse.Namespace) -> None:
     from longeval.builders.mrcr_pool import build_pool
     from longeval.config import load_config
-    from longeval.models import resolve_model_path
 
     cfg = load_config(args.overrides)
     console.print(f"[bold]longeval[/] mrcr build-pool: model {cfg.model.name}, {args.per_key} writings per "
@@ -235,7 +235,6 @@ def cmd_mrcr(args: argparse.Namespace) -> None:
 def cmd_tail(args: argparse.Namespace) -> None:
     from longeval.builders.tail_build import build_tail
     from longeval.config import load_config
-    from longeval.models import resolve_model_path
     from longeval.tasks.tail import DEFAULT_DEPTHS
 
     cfg = load_config(args.overrides)
@@ -258,8 +257,6 @@ def _is_run_root(arg: str) -> bool:
 
 
 def cmd_report(args: argparse.Namespace) -> None:
-    from longeval.errors import ConfigError
-
     roots = [a for a in args.overrides if _is_run_root(a)]
     overrides = [a for a in args.overrides if not _is_run_root(a)]
     if roots and overrides:
@@ -323,8 +320,6 @@ def cmd_compare(args: argparse.Namespace) -> None:
 
 
 def cmd_data(args: argparse.Namespace) -> None:
-    from longeval.text.essays import default_urls, fetch_essays, read_url_list
-
     urls = read_url_list(args.url_list) if args.url_list else default_urls()
     console.print(f"[bold]longeval[/] data fetch-essays: {len(urls)} essays -> {args.out}")
     result = fetch_essays(args.out, urls=urls, timeout=args.timeout)
@@ -429,8 +424,6 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[bold red]error:[/] {escape(str(exc))}")
         return 2
     except KeyboardInterrupt:
-        import shlex
-
         again = shlex.join(["longeval", *(sys.argv[1:] if argv is None else argv)])
         console.print(f"[bold yellow]interrupted:[/] finished shards and predictions are kept; resume with the same "
                       f"command: {escape(again)}", soft_wrap=True)

@@ -19,6 +19,9 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from longeval.errors import ConfigError
+from longeval.scoring.deadline import import_plugins
+from longeval.tasks import check_overrides, get_task, sampling
+from longeval.text.render import prompt_format
 
 # Members are named by their values: OmegaConf reads an enum setting by member name (`model.engine=openai`).
 
@@ -395,9 +398,6 @@ def _check(cfg: Config) -> None:
             f"run_name={cfg.run_name!r} would not be a folder inside store.root ({cfg.store.root}); expected one name "
             "of letters, digits and . _ = + - (no '/', '\\', '..' or absolute path), e.g. run_name=llama-ruler-v2; "
             "to write elsewhere, change store.root")
-    from longeval.scoring.deadline import import_plugins
-    from longeval.tasks import check_overrides, get_task
-
     import_plugins(cfg.plugins)
     if not cfg.suite.tasks:
         raise ConfigError("suite.tasks is empty; give at least one task, e.g. suite.tasks=[niah_single_1] "
@@ -411,14 +411,10 @@ def _check(cfg: Config) -> None:
         if length < 256:
             raise ConfigError(f"suite.lengths has {length}; lengths are in tokens and must be at least 256")
     if cfg.suite.subsets:
-        from longeval.tasks import sampling
-
         choices = sampling().choices if sampling() else ()
         unknown = [s for s in cfg.suite.subsets if s.lower() not in choices]
         if unknown:
             raise ConfigError(f"suite.subsets has {', '.join(map(repr, unknown))}; choices: {', '.join(choices)}")
-    from longeval.text.render import prompt_format
-
     prompt_format(cfg.model)  # names a wrong prompt_format, ruler_template or a system prompt RULER cannot hold
     if cfg.model.engine == Engine.openai:
         check_api(cfg.model)

@@ -17,7 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from longeval.tasks import FAMILIES
+from longeval.config import conf_dir, group_choices
+from longeval.errors import ConfigError
+from longeval.tasks import FAMILIES, get_task
 from longeval.tasks.family import Panel
 from longeval.tracking import (
     COUNT_METRICS,
@@ -52,10 +54,6 @@ class View:
 def default_view(suites: Sequence[str] | None = None) -> View:
     """The families, tasks and lengths of the given suite configs (conf/suite/*.yaml; default: all of them)."""
     from omegaconf import OmegaConf
-
-    from longeval.config import conf_dir, group_choices
-    from longeval.errors import ConfigError
-    from longeval.tasks import get_task
 
     names = list(suites or group_choices("suite"))
     families: dict[str, list[str]] = {}

@@ -22,7 +22,10 @@ import pyarrow.compute as pc
 from longeval.config import Config
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, ErrorKind, Instance, Prediction, content_id
 from longeval.shards import ShardName
+from longeval.stages.generate import make_context
 from longeval.store import RunRoot
+from longeval.tasks import get_task
+from longeval.tasks.base import make_instance
 
 PARENT_KEY = "parent_id"
 FOLLOWUP_KEY = "followup"
@@ -44,10 +47,6 @@ def parents_with_followups(instances: pa.Table) -> set[str]:
 
 def write_followups(cfg: Config, root: RunRoot, model_path: str) -> int:
     """Write the missing follow-up instances (and the failures of unsent first calls); returns how many."""
-    from longeval.stages.generate import make_context
-    from longeval.tasks import get_task
-    from longeval.tasks.base import make_instance
-
     instances = root.read_stage("instances", INSTANCE_SCHEMA)
     marked = instances.filter(pc.match_substring(instances["meta"], f'"{FOLLOWUP_KEY}": true'))
     if marked.num_rows == 0:

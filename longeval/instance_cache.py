@@ -25,6 +25,8 @@ from longeval import __version__
 from longeval.plan import ShardSpec
 from longeval.records import INSTANCE_SCHEMA, content_id
 from longeval.store import RunRoot
+from longeval.tasks import get_task
+from longeval.tasks.base import output_budget
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +35,6 @@ STAGE = "instances"
 
 def shard_key(ctx: Any, spec: ShardSpec) -> str | None:
     """The content key of a shard, or None when it reads data we do not fingerprint (s3://)."""
-    from longeval.tasks import get_task
-    from longeval.tasks.base import output_budget
-
     task = get_task(spec.task, ctx.task_overrides)
     params = asdict(task.params) if hasattr(task.params, "__dataclass_fields__") else dict(vars(task.params))
     files = {}

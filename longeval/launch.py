@@ -150,7 +150,7 @@ def loopback_cluster(nodes: int = 2, *, num_cpus: int = 2, num_gpus: int = 1,
     import ray
     from ray.cluster_utils import Cluster
 
-    from longeval.runtime import ray_temp_dir
+    from longeval.runtime import ray_temp_dir  # with config and pyarrow: not at module level (see above)
 
     if ray.is_initialized():
         ray.shutdown()

@@ -10,7 +10,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from longeval import tracking
+from longeval.adaptive_run import run_rounds, write_adaptive
 from longeval.config import Config
+from longeval.errors import ConfigError, DamagedShardError
+from longeval.followup import write_followups
+from longeval.models import resolve_model_path
 from longeval.plan import Plan, make_plan
 from longeval.provenance import _check_same_config, write_provenance
 from longeval.runtime import check_shared_storage, init_ray
@@ -28,12 +33,8 @@ STAGES = ("generate", "infer", "score", "report")
 
 
 def run(cfg: Config, *, stages: Iterable[str] = STAGES, progress=None) -> RunResult:
-    from longeval.models import resolve_model_path
-
     stages = list(stages)
     if cfg.suite.adaptive and len({"generate", "infer"} & set(stages)) == 1:
-        from longeval.errors import ConfigError
-
         raise ConfigError("an adaptive run (suite.adaptive=true) decides each round's shards from the last round's "
                           "scores: run generate and infer together (`longeval run`)")
     model_path = str(resolve_model_path(cfg.model.path))
@@ -47,8 +48,6 @@ def run(cfg: Config, *, stages: Iterable[str] = STAGES, progress=None) -> RunRes
     if "generate" in stages:
         preflight(cfg, plan, model_path)
     write_provenance(cfg, root, model_path)
-    from longeval import tracking
-
     tracker = tracking.start_tracking(cfg, root)  # W&B errors are warnings: tracking never fails the run
     try:
         if _retry_damaged(work_left, cfg, plan, root, model_path, stages):
@@ -58,8 +57,6 @@ def run(cfg: Config, *, stages: Iterable[str] = STAGES, progress=None) -> RunRes
             log.warning("nothing left to do in %s: every shard, prediction and score is there (Ray not started)",
                         root.uri)
         if cfg.suite.adaptive and {"generate", "infer"} <= set(stages):
-            from longeval.adaptive_run import run_rounds  # adaptive rounds drive this module's stages
-
             _unwrap_ray_errors(run_rounds, cfg, root, model_path, progress)
             scores = _unwrap_ray_errors(score, cfg, root, progress) if "score" in stages else None
         else:
@@ -67,8 +64,6 @@ def run(cfg: Config, *, stages: Iterable[str] = STAGES, progress=None) -> RunRes
         if "report" in stages:
             result = report(cfg, root, scores)
             if cfg.suite.adaptive:
-                from longeval.adaptive_run import write_adaptive
-
                 result.adaptive = write_adaptive(cfg, root, scores)
             tracker.log_results()
         else:
@@ -85,8 +80,6 @@ def work_left(cfg: Config, plan: Plan, root: RunRoot, model_path: str, stages: l
     """Whether any stage has work for Ray: a missing instance shard, an instance without a final prediction
     (follow-up calls written first, on the driver) or scores out of date. A finished run's rerun then goes
     straight to the report, without starting Ray."""
-    from longeval.followup import write_followups
-
     if "generate" in stages and {s.name for s in plan.shards} - root.shard_names("instances"):
         return True
     if "infer" in stages:
@@ -103,8 +96,6 @@ DAMAGE_RETRIES = 3
 
 def _retry_damaged(fn, *args):
     """`fn(*args)`, again after a damaged shard was set aside (its message is the warning)."""
-    from longeval.errors import DamagedShardError
-
     for attempt in range(DAMAGE_RETRIES + 1):
         try:
             return fn(*args)
@@ -118,8 +109,6 @@ def _retry_damaged(fn, *args):
 def _run_stages(cfg: Config, plan: Plan, root: RunRoot, model_path: str, stages: list[str], progress):
     """generate, infer and score; a damaged shard met on the way is set aside (store.py) and the stages run again,
     so it is redone."""
-    from longeval.errors import DamagedShardError
-
     for attempt in range(DAMAGE_RETRIES + 1):
         try:
             if "generate" in stages:

@@ -8,6 +8,7 @@ import os
 import tempfile
 
 from longeval.config import Config
+from longeval.errors import ConfigError, LongevalError
 from longeval.store import RunRoot
 
 log = logging.getLogger(__name__)
@@ -68,8 +69,6 @@ def init_ray(cfg: Config) -> None:
 
 def unwrap_ray_errors(fn, *args, **kwargs):
     """Re-raise a LongevalError that happened inside a Ray worker as itself, so the CLI prints it plainly."""
-    from longeval.errors import LongevalError
-
     try:
         return fn(*args, **kwargs)
     except Exception as exc:
@@ -85,8 +84,6 @@ def check_shared_storage(cfg: Config, root: RunRoot) -> None:
     """Refuse a local run root on a cluster of several nodes unless it is marked shared: every node's actors
     write shards, and on local disks they would scatter over the nodes."""
     import ray
-
-    from longeval.errors import ConfigError
 
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     if len(nodes) > 1 and root.local_path() is not None and not cfg.store.shared_filesystem:

@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 from longeval.aggregate import EFFECTIVE_LENGTH_THRESHOLD, headline, length_table
 from longeval.config import Config, redact, to_yaml
 from longeval.errors import LongevalError
+from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, latest_predictions
 from longeval.shards import ShardName
 from longeval.store import RunRoot
 from longeval.tasks import FAMILIES
@@ -798,8 +799,6 @@ class WandbTracker:
     # -- helpers -------------------------------------------------------------------------------------
 
     def _instance_tables(self, scores: pa.Table | None) -> list[InstanceTable]:
-        from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, latest_predictions
-
         t = self.cfg.tracking
         if scores is None or scores.num_rows == 0 or t.table_rows <= 0:
             return []
@@ -835,8 +834,6 @@ class WandbTracker:
         return out
 
     def _scores(self) -> pa.Table:
-        from longeval.records import SCORE_SCHEMA
-
         return self.root.read_stage("scores", SCORE_SCHEMA)
 
     def _versions(self) -> dict:

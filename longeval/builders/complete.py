@@ -13,7 +13,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from longeval.config import Config
-from longeval.errors import LengthError
+from longeval.engines import predictor_class
+from longeval.errors import LengthError, LongevalError
+from longeval.runtime import init_ray
+from longeval.text.tokenizer import load_encoder
 
 
 @dataclass(frozen=True)
@@ -27,8 +30,6 @@ class Request:
 
 def render_requests(cfg: Config, model_path: str, requests: list[Request]) -> pa.Table:
     """The requests as token ids, with the model's chat template (or plain text for base models)."""
-    from longeval.text.tokenizer import load_encoder
-
     encoder = load_encoder(model_path)
     tokenizer = encoder.tokenizer
     rows = []
@@ -59,9 +60,6 @@ class Completer:
     def __init__(self, cfg: Config, model_path: str) -> None:
         import ray
 
-        from longeval.engines import predictor_class
-        from longeval.runtime import init_ray
-
         init_ray(cfg)
         api = cfg.model.engine == "openai"
         actor = ray.remote(num_cpus=0.25 if api else 1,
@@ -73,8 +71,6 @@ class Completer:
     def __call__(self, requests: list[Request], *, progress=None, label: str = "complete") -> dict[str, str]:
         """Each request's output text, by request id (an engine error fails the build with its message)."""
         import ray
-
-        from longeval.errors import LongevalError
 
         if not requests:
             return {}

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from longeval import __version__
 from longeval.builders.complete import Completer, Request
+from longeval.builders.embed import Embedder
 from longeval.config import Config
 from longeval.errors import ConfigError
 from longeval.records import content_id
@@ -56,8 +57,6 @@ def build_tail(cfg: Config, model_path: str, docs: str, out: str, *, depths: tup
                seed: int = 0, max_attempts: int = 5, question_tokens: int = 512, check_tokens: int = 64,
                progress=None) -> BuildResult:
     """Build (or resume building) the benchmark under `out`; returns what was made and why attempts failed."""
-    from longeval.builders.embed import Embedder
-
     depths = check_depths(depths, key="--depths")
     domains = {d.name: d for d in load_domains(docs, key="the documents folder")}
     root = RunRoot(out)

@@ -8,17 +8,15 @@ prediction rows out.
 from __future__ import annotations
 
 from longeval.config import ModelConfig
+from longeval.engines.openai_compat import ApiPredictor
+from longeval.engines.vllm_engine import VllmPredictor
 from longeval.errors import ConfigError
 
 
 def predictor_class(model: ModelConfig) -> type:
     """The engine callable for `model.engine`."""
     if model.engine == "openai":
-        from longeval.engines.openai_compat import ApiPredictor
-
         return ApiPredictor
     if model.engine == "vllm":
-        from longeval.engines.vllm_engine import VllmPredictor
-
         return VllmPredictor
     raise ConfigError(f"model.engine={model.engine!r}; choices: vllm, openai")

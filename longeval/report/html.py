@@ -30,7 +30,17 @@ from longeval import __version__
 from longeval.compare import OVERALL, Comparison, compare_scores
 from longeval.errors import ConfigError, LongevalError
 from longeval.report import plots
-from longeval.report.runs import RunData, family_rows, has_rows
+from longeval.report.runs import (
+    RunData,
+    family_rows,
+    has_rows,
+    instance_rows,
+    load_run,
+    load_scores,
+    provenance_pairs,
+    slug,
+    unique_labels,
+)
 from longeval.report.table import format_length
 from longeval.store import RunRoot
 from longeval.tasks import FAMILIES
@@ -656,7 +666,6 @@ def write_report(uris: Sequence[str], out: str | os.PathLike, *, resamples: int 
     """
     import pyarrow.csv as pacsv
 
-    from longeval.report.runs import instance_rows, load_run, load_scores, provenance_pairs, slug, unique_labels
 
     if not uris:
         raise ConfigError("give at least one run root to report on")

@@ -22,7 +22,8 @@ from longeval.errors import StoreError
 from longeval.provenance import COMPARED_SETTINGS, COMPARED_VERSIONS, run_identity
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, ErrorKind
 from longeval.store import RunRoot
-from longeval.tasks import FAMILIES
+from longeval.tasks import FAMILIES, TASKS
+from longeval.text.corpus import comparable_with_ruler
 
 __all__ = ["SUMMARY_NAMES", "RunData", "family_rows", "has_rows", "instance_rows", "load_run", "load_scores",
            "provenance_pairs", "slug", "unique_labels"]
@@ -132,9 +133,6 @@ def essay_note(label: str, versions: dict[str, Any], tasks: pa.Table | None) -> 
 
     Which tasks read the essay haystack is what their registered parameters say (`haystack == "essay"`).
     """
-    from longeval.tasks import TASKS
-    from longeval.text.corpus import comparable_with_ruler
-
     name = (versions.get("essay_corpus") or {}).get("name")
     if not name or comparable_with_ruler(str(name)) or tasks is None or not tasks.num_rows:
         return ""

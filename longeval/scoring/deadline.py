@@ -14,8 +14,9 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from longeval.errors import LongevalError
+from longeval.errors import ConfigError, LongevalError
 from longeval.records import Instance, Prediction, Score
+from longeval.scoring import score_prediction
 from longeval.scoring.judgement import Judge
 
 JudgeFor = Callable[[str, str], Judge]
@@ -31,8 +32,6 @@ _START_TIMEOUT_S = 120.0
 
 def import_plugins(modules: Sequence[str]) -> None:
     """Import the `plugins` modules, which register families or tasks (`longeval.tasks.register`)."""
-    from longeval.errors import ConfigError
-
     for name in modules:
         try:
             importlib.import_module(name)
@@ -53,8 +52,6 @@ def timeout_score(row: dict[str, Any]) -> dict[str, Any]:
 
 def _serve(conn: Connection, plugins: list[str], judge_for: JudgeFor) -> None:
     """The child: import the plugins, then score every row it is sent, one answer per row."""
-    from longeval.scoring import score_prediction
-
     try:
         import_plugins(plugins)
     except LongevalError as exc:

@@ -11,10 +11,16 @@ import pyarrow as pa
 
 from longeval import interrupt
 from longeval.config import Config
+from longeval.instance_cache import InstanceCache, cache_uri, shard_key
 from longeval.plan import Plan, ShardSpec
 from longeval.records import INSTANCE_SCHEMA
 from longeval.runtime import NO_ACTOR_RESTARTS
+from longeval.scoring.deadline import import_plugins
 from longeval.store import RunRoot
+from longeval.tasks import get_task
+from longeval.tasks.base import DataPaths, GenContext, context_rng, instance_rng, make_instance, output_budget
+from longeval.text.render import prompt_format
+from longeval.text.tokenizer import load_encoder
 
 log = logging.getLogger(__name__)
 
@@ -26,16 +32,12 @@ class ShardGenerator:
     """
 
     def __init__(self, cfg: Config, model_path: str, root_uri: str) -> None:
-        from longeval.instance_cache import InstanceCache, cache_uri
-
         self.root = RunRoot(root_uri)
         self.ctx = make_context(cfg, model_path)
         self.cache = (InstanceCache(cache_uri(cfg.store.root, cfg.store.instance_cache))
                       if cfg.store.cache_instances else None)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list]:
-        from longeval.instance_cache import shard_key
-
         names, counts, cached = [], [], []
         for i in range(len(batch["task"])):
             spec = ShardSpec(**{k: _py(batch[k][i]) for k in ShardSpec.__dataclass_fields__})
@@ -56,11 +58,6 @@ class ShardGenerator:
 def make_context(cfg: Config, model_path: str):
     """The generation context for a run: the model's tokenizer, the prompt format, the data paths (and the
     `plugins`, imported here too, so tasks they register exist in every generation actor)."""
-    from longeval.scoring.deadline import import_plugins
-    from longeval.tasks.base import DataPaths, GenContext
-    from longeval.text.render import prompt_format
-    from longeval.text.tokenizer import load_encoder
-
     import_plugins(cfg.plugins)
     return GenContext(encoder=load_encoder(model_path), fmt=prompt_format(cfg.model),
                       data=DataPaths(**asdict(cfg.suite.data)), task_overrides=dict(cfg.suite.params))
@@ -72,9 +69,6 @@ def _py(value):
 
 def generate_shard(ctx, spec: ShardSpec) -> pa.Table:
     """Instances [start, stop) of one task and length: pure, and the same with any sharding."""
-    from longeval.tasks import get_task
-    from longeval.tasks.base import context_rng, instance_rng, make_instance, output_budget
-
     task = get_task(spec.task, ctx.task_overrides)
     rows = []
     for index in range(spec.start, spec.stop):
@@ -88,10 +82,6 @@ def generate_shard(ctx, spec: ShardSpec) -> pa.Table:
         rows.append(make_instance(task, draft, ctx, target_length=spec.target_length, seed=spec.seed,
                                   shard_index=spec.shard_index, index=index).to_row())
     return pa.Table.from_pylist(rows, schema=INSTANCE_SCHEMA)
-
-
-
-
 
 
 def generate(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None) -> int:

@@ -33,12 +33,16 @@ import pyarrow.compute as pc
 from longeval import interrupt
 from longeval.config import Config
 from longeval.dispatch import Work, assign
+from longeval.engines.openai_compat import ApiPredictor
+from longeval.engines.vllm_engine import Request, VllmEngine
 from longeval.errors import LongevalError
+from longeval.followup import write_followups
 from longeval.plan import Plan, Pool, in_plan, suite_seq_tokens
 from longeval.plan import size_pool as plan_size_pool
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, ErrorKind, Prediction
 from longeval.shards import ShardName
 from longeval.store import RunRoot
+from longeval.tasks import TASKS
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +71,6 @@ def infer(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None
     `engines`: replicas kept from an earlier call (an adaptive run's rounds); without it, the engines live for
     this call only (the follow-up calls reuse them).
     """
-    from longeval.followup import write_followups
-
     plan.check_fits()  # a pool whose sequence fits on no GPU split fails here, not after an engine start
     own = engines is None
     engines = engines if engines is not None else Engines(cfg, root, model_path)
@@ -135,8 +137,6 @@ def schedule(todo: pa.Table) -> list[Work]:
     """The pool's prompts in engine order: tasks that share contexts side by side (same context group, length
     and index), so a context's prompts reach one engine together and its prefix cache computes the context
     once; the order is a function of the instances alone."""
-    from longeval.tasks import TASKS
-
     rows = todo.select(["instance_id", "family", "task", "context_id", "target_length", "input_tokens",
                         "max_new_tokens", "seed", "shard_index"]).to_pylist()
     for row in rows:
@@ -161,8 +161,6 @@ class Replica:
 
     def __init__(self, model, model_path: str, model_id: str, max_model_len: int, root_uri: str, name: str) -> None:
         import ray
-
-        from longeval.engines.vllm_engine import VllmEngine
 
         self.name, self.model_id = name, model_id
         self.node = ray.get_runtime_context().get_node_id()
@@ -200,8 +198,6 @@ class Replica:
 
     def _requests(self, work: list[tuple[str, str]]) -> Iterator:
         """The token ids of each prompt, read shard by shard as the engine asks for them (a few shards cached)."""
-        from longeval.engines.vllm_engine import Request
-
         by_prefix: dict[str, list[str]] = {}  # a generated shard's name -> it and its follow-up shards
         for name in sorted(self.root.shard_names("instances")):
             by_prefix.setdefault(ShardName.parse(name).prefix, []).append(name)
@@ -612,8 +608,6 @@ class ApiWriter:
     (the engine itself never touches the store)."""
 
     def __init__(self, model, model_path: str, model_id: str, max_model_len: int, root_uri: str) -> None:
-        from longeval.engines.openai_compat import ApiPredictor
-
         self.predictor = ApiPredictor(model, model_path, model_id, max_model_len)
         self.root = RunRoot(root_uri)
 

@@ -11,11 +11,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from longeval import __version__, interrupt
-from longeval.config import Config
+from longeval.config import Config, suite_hash
+from longeval.followup import parents_with_followups
 from longeval.plan import in_plan
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, latest_predictions
 from longeval.runtime import NO_ACTOR_RESTARTS
+from longeval.scoring.deadline import DeadlineScorer
 from longeval.store import RunRoot
+from longeval.tasks import judge_for
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +34,6 @@ class Scorer:
     """
 
     def __init__(self, timeout_s: float, plugins: list[str]) -> None:
-        from longeval.scoring.deadline import DeadlineScorer
-        from longeval.tasks import judge_for
-
         self.scorer = DeadlineScorer(timeout_s, judge_for, plugins)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -87,8 +87,6 @@ SCORE_INPUT = "scores_input.json"
 def score_fingerprint(cfg: Config, root: RunRoot) -> str:
     """A hash of everything the scores depend on: the committed instance and prediction shards (names and
     contents: a retried prediction part can keep its name), the suite, the scorer settings and longeval's version."""
-    from longeval.config import suite_hash
-
     def digests(stage: str) -> dict[str, str | None]:
         return {name: root.commit_record(stage, name).get("sha256") for name in sorted(root.shard_names(stage))}
 
@@ -108,8 +106,6 @@ def scores_current(root: RunRoot, fingerprint: str) -> bool:
 
 def scoring_input(cfg: Config, root: RunRoot) -> pa.Table:
     """The instances of the current plan joined with their latest prediction (follow-up parents left out)."""
-    from longeval.followup import parents_with_followups
-
     columns = [n for n in INSTANCE_SCHEMA.names if n not in ("prompt", "prompt_token_ids")]
     instances = in_plan(cfg, root.read_stage("instances", INSTANCE_SCHEMA, columns=columns))
     chained = parents_with_followups(instances)  # first calls of complete chains: only the last call counts

@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from omegaconf import OmegaConf
 
 from longeval.aggregate import cumulative, error_table, headline, length_table, summarise
-from longeval.config import Config
+from longeval.config import Config, validate
+from longeval.errors import StoreError
 from longeval.plan import in_plan, make_plan
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, ErrorKind
 from longeval.stages.infer import pending_predictions
@@ -131,11 +133,6 @@ def planned_ids(cfg: Config, root: RunRoot) -> pa.Array:
 def summarise_root(root: RunRoot) -> RunResult:
     """Write a scored run root's summaries with the config it stored (`config.yaml`): for `longeval report`
     on a root that was scored but never summarised."""
-    from omegaconf import OmegaConf
-
-    from longeval.config import validate
-    from longeval.errors import StoreError
-
     if not root.exists("config.yaml"):
         raise StoreError(f"run root {root.uri} has scores but neither summary/ nor config.yaml; run "
                          "`longeval report` with the overrides it was made with to write its summaries")

@@ -18,6 +18,7 @@ from longeval.errors import LengthError
 from longeval.files import fingerprint
 from longeval.records import Instance, content_id
 from longeval.scoring.judgement import Judge
+from longeval.text.corpus import load_essays
 from longeval.text.pieces import Piece, assemble, open_context
 from longeval.text.render import Frame, PromptFormat, render_frame, render_parts
 from longeval.text.tokenizer import Encoder
@@ -89,8 +90,6 @@ class Draft:
 def data_fingerprint(data: DataPaths) -> str:
     """A hash of the data behind the instances (part of every instance id): the essay corpus and each data
     file, local or remote, so changed data gets new instance ids and a run root refuses it."""
-    from longeval.text.corpus import load_essays
-
     h = hashlib.sha256(load_essays(data.essay_dir).fingerprint.encode())
     for path in (data.squad_path, data.hotpotqa_path, data.longbench_v2_path):
         h.update(file_fingerprint(path))

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from longeval.errors import ConfigError
+from longeval.text.ruler_format import RULER_MODEL_TEMPLATES, ruler_wrap
 from longeval.text.tokenizer import Encoder
 
 CONTEXT_MARKER = "\u2063LONGEVAL_CONTEXT\u2063"
@@ -38,8 +39,6 @@ class PromptFormat:
     the chat template; None: the chat template (or the plain text, with `chat_template=False`)."""
 
     def __post_init__(self) -> None:
-        from longeval.text.ruler_format import RULER_MODEL_TEMPLATES
-
         if self.ruler_template is not None and self.ruler_template not in RULER_MODEL_TEMPLATES:
             raise ConfigError(f"model.ruler_template={self.ruler_template!r}; RULER's templates: "
                               f"{', '.join(RULER_MODEL_TEMPLATES)}")
@@ -103,8 +102,6 @@ def render_parts(encoder: Encoder, fmt: PromptFormat, before: str, after: str, a
     prefix = "" if (fmt.reasoning or not fmt.answer_prefix) else answer_prefix
     tokenizer = encoder.tokenizer
     if fmt.ruler_template is not None:
-        from longeval.text.ruler_format import ruler_wrap
-
         full = ruler_wrap(fmt.ruler_template, marked)
         special = _bos_unless_present(encoder, full)
     elif fmt.chat_template:

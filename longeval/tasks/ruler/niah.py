@@ -20,6 +20,7 @@ from typing import Literal
 
 import numpy as np
 
+from longeval.errors import LengthError
 from longeval.tasks.base import Draft, GenContext, context_budget, draft, fit_context
 from longeval.tasks.ruler.templates import fill
 from longeval.text import words
@@ -286,8 +287,6 @@ def _end(ctx: GenContext, context: Piece, lines: bool) -> Piece:
 
 
 def raise_too_short(target_length: int, need: int, budget: int) -> None:
-    from longeval.errors import LengthError
-
     raise LengthError(
         f"target length {target_length} leaves {budget} context tokens, fewer than the {need} the needles "
         "need; use a larger suite.lengths value"

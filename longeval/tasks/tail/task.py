@@ -19,6 +19,7 @@ from longeval.tasks.base import Draft, GenContext, context_budget, draft
 from longeval.tasks.tail import prompts
 from longeval.tasks.tail.dataset import DATASET_KEY, TailDataset, TailQuestion, load_tail_dataset
 from longeval.tasks.tail.depths import DEFAULT_DEPTHS, check_depths
+from longeval.tasks.tail.scoring import UNMAPPED, score_tail
 from longeval.tasks.tail.testdocs import EncodedDomain, build_test_document, encode_domain
 from longeval.text.pieces import Piece
 from longeval.text.render import Frame
@@ -148,8 +149,6 @@ def judge_draft(
     The reference maps every answer with GPT-4o-mini; here the parser goes first and the evaluated model judges
     only the rest, so most answers stay deterministic and the judged ones are marked (`mapped_by`).
     """
-    from longeval.tasks.tail.scoring import UNMAPPED, score_tail
-
     meta = dict(first_instance_meta)
     text = output.strip() if isinstance(output, str) else ""
     if score_tail(text, [str(meta.get("answer", ""))], meta).error_type != UNMAPPED:
