@@ -181,6 +181,8 @@ class Location:
         self.bucket = ""
         self._fs_cache: pafs.FileSystem | None = None
         uri = uri.strip()
+        # Not `pafs.FileSystem.from_uri`: for s3:// it builds a filesystem with default options and may ask the
+        # network for the bucket's region (our endpoint and retries are set below), and it refuses relative paths.
         parts = urlsplit(uri)
         if len(parts.scheme) <= 1:  # a plain path (a one-letter "scheme" is a Windows drive)
             self.kind = "local"
