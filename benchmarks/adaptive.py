@@ -3,19 +3,20 @@
 
 Run from the repository root:
 
-    .venv/bin/python benchmarks/adaptive.py                        # the synthetic profiles
-    .venv/bin/python benchmarks/adaptive.py --root runs/my-full-run --round 10
+    .venv/bin/python benchmarks/adaptive.py                        # the synthetic profiles, rounds of 10
+    .venv/bin/python benchmarks/adaptive.py --round 25             # rounds of a full sweep's shard
+    .venv/bin/python benchmarks/adaptive.py --root runs/my-full-run
 
 Each replay shuffles every (task, length) cell's instances, then runs the procedure of an adaptive run: a round
-of `--round` instances for every undecided cell, decisions from the confidence sequences, the confirmation rule
-above a task's first failed length, until no cell is open or every open one reached the cell's full count (the
-cap). Printed per profile (or per task of a run root): how often the adaptive effective length equals the full
-sweep's, how often it is reported undecided, how often it is wrong, and the share of the full sweep's tokens
-spent, and for the synthetic profiles the share of GPU-hours (longeval.cost: Llama-3.1-8B on an A100 80GB,
-whose attention makes long cells dearer per token). Tokens are target_length x instances for the synthetic
-profiles, and each instance's input + output tokens for a run root. Targets (printed, not asserted): >= 95 %
-same effective length for <= 10 % of the tokens on profiles not near the threshold; near it, undecided rather
-than wrong.
+of `--round` instances for every undecided cell (10: an adaptive run's default shard), decisions from the
+confidence bounds, the confirmation rule above a task's first failed length, until no cell is open or every
+open one reached the cell's full count (the cap). Printed per profile (or per task of a run root): how often
+the adaptive effective length equals the full sweep's, how often it is reported undecided, how often it is
+wrong, the share of the full sweep's tokens spent, the mean number of rounds, and for the synthetic profiles
+the share of GPU-hours (longeval.cost: Llama-3.1-8B on an A100 80GB, whose attention makes long cells dearer
+per token). Tokens are target_length x instances for the synthetic profiles, and each instance's input +
+output tokens for a run root. Targets (printed, not asserted): >= 95 % same effective length for <= 10 % of
+the tokens on profiles not near the threshold; near it, undecided rather than wrong.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Outcome:
     effective: dict[str, int | None]
     tokens: float
     instances: int
+    rounds: int
     gpu_seconds: float = 0.0
 
 
@@ -62,11 +64,13 @@ def replay(cells: Mapping[tuple[str, int], np.ndarray], tokens: Mapping[tuple[st
     order = {k: rng.permutation(len(v)) for k, v in sorted(cells.items())}
     used = dict.fromkeys(cells, 0)
     memo: dict = {}
+    rounds = 0
     while True:
         states = assess({k: cells[k][order[k][:used[k]]] for k in cells}, settings, memo=memo)
         alloc = next_round(states, settings)
         if not alloc:
             break
+        rounds += 1
         for key, extra in alloc.items():
             used[key] += extra
     effective = {}
@@ -75,7 +79,8 @@ def replay(cells: Mapping[tuple[str, int], np.ndarray], tokens: Mapping[tuple[st
         effective[task] = eff.value
     spent = sum(float(tokens[k][order[k][:used[k]]].sum()) for k in cells)
     seconds = sum(costs[k] * used[k] for k in cells) if costs else 0.0
-    return Outcome(effective=effective, tokens=spent, instances=sum(used.values()), gpu_seconds=seconds)
+    return Outcome(effective=effective, tokens=spent, instances=sum(used.values()), rounds=rounds,
+                   gpu_seconds=seconds)
 
 
 def oracle_share(cells: Mapping[tuple[str, int], np.ndarray], tokens: Mapping[tuple[str, int], np.ndarray],
@@ -119,7 +124,8 @@ def evaluate(name: str, cells, tokens, settings, *, replays: int, seed: int,
         undecided = np.mean([g is None for g in got])
         wrong = 1 - same - undecided
         lines.append(f"{name:<24} {task:<22} {want:>7} {100 * same:6.1f} {100 * undecided:6.1f} {100 * wrong:6.1f}"
-                     f" {100 * share.mean():7.1f} {100 * share.max():7.1f} {oracle:7.1f}{gpu}")
+                     f" {100 * share.mean():7.1f} {100 * share.max():7.1f} {oracle:7.1f}"
+                     f" {np.mean([o.rounds for o in outcomes]):6.1f}{gpu}")
     return lines
 
 
@@ -155,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--root", default=None, help="a finished full run's root: replay its scores instead")
     p.add_argument("--replays", type=int, default=500)
     p.add_argument("--samples", type=int, default=500, help="instances per cell of the synthetic full sweep")
-    p.add_argument("--round", type=int, default=25, help="instances per undecided cell and round")
+    p.add_argument("--round", type=int, default=10, help="instances per undecided cell and round")
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--threshold", type=float, default=85.6, help="in points (0-100), as suite.effective_threshold")
     p.add_argument("--seed", type=int, default=0)
@@ -165,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
 
     print(f"replays {args.replays}, round {args.round}, confidence {args.confidence}, threshold {args.threshold}")
     print(f"{'profile':<24} {'task':<22} {'full EL':>7} {'same%':>6} {'undec%':>6} {'wrong%':>6}"
-          f" {'tokens%':>7} {'max%':>7} {'oracle%':>7}" + ("" if args.root else f" {'GPU-h%':>7}"))
+          f" {'tokens%':>7} {'max%':>7} {'oracle%':>7} {'rounds':>6}" + ("" if args.root else f" {'GPU-h%':>7}"))
     if args.root:
         from longeval.adaptive_run import read_cells
         from longeval.store import RunRoot

@@ -5,7 +5,7 @@ does it (`stages.infer.Engines` keeps the replicas from round to round) and once
 round (`run_rounds(..., keep_engines=False)`, what every round cost before). Prints rounds, engine starts and
 the wall time of the rounds (generate + infer + score of every round); the decisions must be the same.
 
-    .venv/bin/python benchmarks/adaptive_engines.py                 # tiny random model, 3+ rounds
+    .venv/bin/python benchmarks/adaptive_engines.py                 # tiny random model, 2 rounds
     .venv/bin/python benchmarks/adaptive_engines.py --model smollm2_cpu --samples 40 --shard-size 5
 """
 
@@ -41,7 +41,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny_random")
     parser.add_argument("--samples", type=int, default=24)
-    parser.add_argument("--shard-size", type=int, default=3)
+    parser.add_argument("--shard-size", type=int, default=2)
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048])
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()

@@ -139,6 +139,11 @@ class DataConfig:
     """LongBench v2 data.json (or JSONL / Parquet), local or s3://, for longbench_v2."""
 
 
+SHARD_SIZE = 25
+ADAPTIVE_SHARD_SIZE = 10
+"""An adaptive run's default round: one shard of 10 per open cell (benchmarks/README.md, `adaptive.py`)."""
+
+
 @dataclass
 class SuiteConfig:
     name: str = MISSING
@@ -147,8 +152,10 @@ class SuiteConfig:
     samples: int = 500
     """Instances per task and length (RULER uses 500)."""
     seed: int = 42
-    shard_size: int = 25
-    """Instances per shard: the unit of parallel generation and of resume."""
+    shard_size: int | None = None
+    """Instances per shard: the unit of parallel generation, of resume and of an adaptive round. Unset: 25, or
+    `ADAPTIVE_SHARD_SIZE` in an adaptive run (small rounds stop a cell nearer to where its bounds decide, which
+    matters most at the long, costly lengths: benchmarks/README.md)."""
     effective_threshold: float = 85.6
     adaptive: bool = False
     """Run in rounds and stop sampling a (task, length) cell once its anytime-valid interval lies wholly above or
@@ -157,6 +164,7 @@ class SuiteConfig:
     """Per-cell confidence of the adaptive run's confidence sequences (valid however often they are checked)."""
     adaptive_round: int = 1
     """Shards (of `shard_size` instances) each undecided cell gets per adaptive round."""
+
     data: DataConfig = field(default_factory=DataConfig)
     subsets: list[str] = field(default_factory=list)
     """Michelangelo's stratification (§3.2): stack the "up to" subsets (`32k`, `128k`, `1m`). Each spreads
@@ -384,6 +392,8 @@ def validate(raw: DictConfig | dict) -> Config:
         key = getattr(exc, "full_key", None) or ""
         first = str(exc).splitlines()[0]
         raise ConfigError(_explain_type(exc) or f"config error at {key!r}: {first}") from exc
+    if cfg.suite.shard_size is None:
+        cfg.suite.shard_size = ADAPTIVE_SHARD_SIZE if cfg.suite.adaptive else SHARD_SIZE
     _check(cfg)
     return cfg
 

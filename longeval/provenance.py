@@ -123,5 +123,6 @@ def _check_same_ranges(cfg: Config, old, root: RunRoot) -> None:
         raise ConfigError(
             f"run root {root.uri} was made with suite.samples={was['samples']} and suite.shard_size="
             f"{was['shard_size']}; with suite.samples={cfg.suite.samples} and suite.shard_size={cfg.suite.shard_size}"
-            f" shard {changed[0]} would need instances it does not hold. Use another run_name=..., "
-            "or the default run name (it differs per suite)")
+            f" shard {changed[0]} would need instances it does not hold. Pass the root's suite.samples and "
+            "suite.shard_size again (completing an adaptive root into the full sweep keeps its shard size), use "
+            "another run_name=..., or the default run name (it differs per suite)")

@@ -8,15 +8,18 @@ import pytest
 from longeval.adaptive import (
     ABOVE,
     BELOW,
+    DOWN,
     PRESUMED_BELOW,
     UNDECIDED,
+    UP,
     Settings,
     assess,
+    crossed,
     effective_length,
-    excluded,
     group_effective_length,
     interval,
     next_round,
+    side,
 )
 from longeval.tasks import skill_group
 
@@ -29,12 +32,23 @@ S = Settings(threshold=0.856, alpha=ALPHA, round_size=25, cap=500)
     (lambda rng, shape: (rng.random(shape) < 0.3).astype(float), 0.3),
     (lambda rng, shape: rng.beta(2.0, 5.0, shape), 2 / 7),  # partial credit
 ])
-def test_coverage_holds_when_checked_after_every_observation(draw, mean):
-    """2,000 streams of 500, each checked after every observation: the share ever excluding the true mean
-    (what optional stopping would exploit) stays below alpha."""
+def test_each_bound_holds_when_checked_after_every_observation(draw, mean):
+    """2,000 streams of 500, each checked after every observation: the share whose lower (upper) bound ever
+    passes the true mean (what optional stopping would exploit, and what a wrong decision needs) stays below
+    alpha."""
     rng = np.random.default_rng(7)
-    ever_missed = excluded(draw(rng, (2000, 500)), mean, alpha=ALPHA)[:, -1].mean()
-    assert ever_missed <= ALPHA
+    x = draw(rng, (2000, 500))
+    for s in (UP, DOWN):
+        assert crossed(x, mean, alpha=ALPHA, side=s)[:, -1].mean() <= ALPHA
+
+
+def test_a_decision_against_a_mean_on_the_threshold_is_rare():
+    """The worst case for a decision: the mean sits on the threshold, so both decisions are wrong. Checked after
+    every observation, each is taken in at most alpha of the streams."""
+    rng = np.random.default_rng(11)
+    x = (rng.random((2000, 500)) < S.threshold).astype(float)
+    decided = np.array([side(row, S.threshold, alpha=ALPHA) for row in x])
+    assert (decided == 1).mean() <= ALPHA and (decided == -1).mean() <= ALPHA
 
 
 def test_a_fixed_n_interval_checked_every_time_would_not_hold():
@@ -46,7 +60,8 @@ def test_a_fixed_n_interval_checked_every_time_would_not_hold():
     half = 1.96 * np.sqrt(np.maximum(mean * (1 - mean), 1e-12) / n)
     wald_missed = ((mean - half > 0.5) | (mean + half < 0.5))[:, 9:].any(axis=1).mean()
     assert wald_missed > 2 * ALPHA
-    assert excluded(x, 0.5, alpha=ALPHA)[:, -1].mean() <= ALPHA
+    for s in (UP, DOWN):
+        assert crossed(x, 0.5, alpha=ALPHA, side=s)[:, -1].mean() <= ALPHA
 
 
 def test_intervals_shrink_contain_the_mean_and_agree_with_the_capital():
@@ -55,12 +70,28 @@ def test_intervals_shrink_contain_the_mean_and_agree_with_the_capital():
     wide, narrow = interval(x[:40], alpha=ALPHA), interval(x, alpha=ALPHA)
     assert 0 <= wide[0] < narrow[0] < x.mean() < narrow[1] < wide[1] <= 1
     assert narrow[1] - narrow[0] < 0.15
-    # the grid interval and the capital at a single candidate tell the same story
-    assert not excluded(x, float(x.mean()), alpha=ALPHA)[-1]
-    assert excluded(x, narrow[0] - 0.01, alpha=ALPHA)[-1] and excluded(x, narrow[1] + 0.01, alpha=ALPHA)[-1]
+    # the bounds and the capital at a single candidate tell the same story
+    assert not crossed(x, float(x.mean()), alpha=ALPHA, side=UP)[-1]
+    assert not crossed(x, float(x.mean()), alpha=ALPHA, side=DOWN)[-1]
+    assert crossed(x, narrow[0] - 0.01, alpha=ALPHA, side=UP)[-1]
+    assert crossed(x, narrow[1] + 0.01, alpha=ALPHA, side=DOWN)[-1]
+    assert not crossed(x, narrow[0] + 0.01, alpha=ALPHA, side=UP)[-1]
     assert interval([], alpha=ALPHA) == (0.0, 1.0)
     with pytest.raises(ValueError):
         interval([1.5], alpha=ALPHA)
+
+
+def test_decisions_agree_with_the_bounds():
+    """A cell is decided above exactly when its lower bound clears the threshold (below: its upper bound), up to
+    the bounds' rounding to 1/1000."""
+    rng = np.random.default_rng(2)
+    for p in (0.7, 0.8, 0.85, 0.9, 0.95):
+        for n in (25, 100, 300):
+            x = (rng.random(n) < p).astype(float)
+            low, high = interval(x, alpha=ALPHA)
+            decided = side(x, S.threshold, alpha=ALPHA)
+            assert decided == (1 if low >= S.threshold else -1 if high <= S.threshold else 0) or \
+                min(abs(low - S.threshold), abs(high - S.threshold)) <= 0.001
 
 
 def test_clear_cells_are_decided_within_a_few_rounds_and_near_ones_are_not():
@@ -76,10 +107,17 @@ def test_clear_cells_are_decided_within_a_few_rounds_and_near_ones_are_not():
     assert next_round(list(states.values()), S) == {}
 
 
+def spread(ones: int, n: int) -> np.ndarray:
+    """`ones` successes spread evenly over `n` instances (an order a shuffle could give)."""
+    x = np.zeros(n)
+    x[np.linspace(0, n - 1, ones).round().astype(int)] = 1.0
+    return x
+
+
 def test_confirmation_rule_and_monotonicity_flag():
     """Above the first failed length: one round, then stop if it looks below, go on (and flag) if it looks above."""
     cells = {("t/x", 1): np.ones(50), ("t/x", 2): np.zeros(25),
-             ("t/x", 4): np.r_[np.ones(14), np.zeros(11)],   # mean 0.56 after one round: presumed below
+             ("t/x", 4): spread(16, 25),                     # mean 0.64 after one round: presumed below
              ("t/x", 8): np.r_[np.ones(24), np.zeros(1)],    # mean 0.96: keep sampling
              ("t/x", 16): np.ones(60)}                       # confidently above a failed length
     states = {s.length: s for s in assess(cells, S)}

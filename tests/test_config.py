@@ -198,3 +198,14 @@ def test_ruler_prompt_format_composes_and_is_saved():
     assert prompt_format(cfg.model).ruler_template == "meta-llama3"
     assert "prompt_format: ruler" in to_yaml(cfg) and "ruler_template: meta-llama3" in to_yaml(cfg)
     assert prompt_format(load_config([]).model).ruler_template is None  # the model's chat template by default
+
+
+def test_an_adaptive_run_defaults_to_small_shards_and_an_explicit_size_wins():
+    """An adaptive round is one shard per open cell, so its default shard is smaller than a full sweep's."""
+    from longeval.config import ADAPTIVE_SHARD_SIZE, SHARD_SIZE
+
+    assert load_config(["suite=ruler"]).suite.shard_size == SHARD_SIZE == 25
+    assert load_config(["suite=ruler", "suite.adaptive=true"]).suite.shard_size == ADAPTIVE_SHARD_SIZE == 10
+    assert load_config(["suite=ruler", "suite.adaptive=true", "suite.shard_size=25"]).suite.shard_size == 25
+    assert load_config(["suite=michelangelo", "suite.adaptive=true"]).suite.shard_size == 10  # the suite's own
+    assert "shard_size: 10" in to_yaml(load_config(["suite=ruler", "suite.adaptive=true"]))  # resolved on disk

@@ -65,3 +65,15 @@ def test_runs_compare_on_the_run_settings_but_the_model_and_data_location():
     assert set(RUN_SETTINGS) - set(COMPARED_SETTINGS) == {
         "model.path", "suite.data.essay_dir", "suite.data.squad_path", "suite.data.hotpotqa_path",
         "suite.data.longbench_v2_path"}
+
+
+def test_completing_an_adaptive_root_into_the_full_sweep_needs_its_shard_size(tmp_path):
+    """An adaptive run writes shards of 10 by default (a round is one shard per open cell); a full-sweep rerun
+    on its root without that size is refused, naming both sizes, and with it goes ahead."""
+    args = ["suite=ruler", "suite.tasks=[vt]", "suite.lengths=[1024]", "suite.samples=20"]
+    adaptive = load_config([*args, "suite.adaptive=true"])
+    root = RunRoot(str(tmp_path / "run"))
+    root.write_text("config.yaml", to_yaml(adaptive))
+    with pytest.raises(ConfigError, match=r"suite\.shard_size=10; .*suite\.shard_size=25 .*Pass the root's"):
+        _check_same_config(load_config(args), root)
+    _check_same_config(load_config([*args, "suite.shard_size=10"]), root)

@@ -155,3 +155,5 @@ def test_the_table_shows_n_intervals_all_failure_cells_and_incomplete_runs(tmp_p
     text = page.read_text()
     assert 'class="failed"' in text and ">all too long<" in text and "INCOMPLETE" not in text
     assert "<th>n</th>" in text or ">n<" in text
+
+
