@@ -161,7 +161,8 @@ class SuiteConfig:
     """Run in rounds and stop sampling a (task, length) cell once its anytime-valid interval lies wholly above or
     below `effective_threshold`, or at `samples` (docs/adaptive.md). Off: the full sweep."""
     adaptive_confidence: float = 0.95
-    """Per-cell confidence of the adaptive run's confidence sequences (valid however often they are checked)."""
+    """Confidence of each of a cell's two anytime-valid bounds, so of each decision (valid however often they are
+    checked; docs/adaptive.md)."""
     adaptive_round: int = 1
     """Shards (of `shard_size` instances) each undecided cell gets per adaptive round."""
 
