@@ -41,7 +41,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny_random")
     parser.add_argument("--samples", type=int, default=24)
-    parser.add_argument("--shard-size", type=int, default=2)
+    parser.add_argument("--shard-size", type=int, default=1)
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048])
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()

@@ -5,15 +5,19 @@ Pure functions, no Ray and no I/O: `longeval.adaptive_run` feeds them the scores
 
 The bounds are betting confidence sequences of Waudby-Smith & Ramdas, "Estimating means of bounded random
 variables by betting", JRSS-B 86(1), 2024 (arXiv:2010.09686), with their diversified-Kelly (dKelly) capital: a
-bettor who claims the mean exceeds a candidate m splits her wealth over constant bets lambda_d > 0,
+bettor who claims the mean exceeds a candidate m splits her wealth over constant fractions f_d of the largest
+safe bet,
 
-    K_t(m) = (1/D) sum_d prod_{i<=t} (1 + lambda_d (X_i - m)),   lambda_d = (d / (D + 1)) / m,  d = 1..D,
+    K_t(m) = (1/D) sum_d prod_{i<=t} (1 + f_d (X_i - m_i) / m_i),   f_d = d / (D + 1),  d = 1..D,
 
-and the bettor on the other side does the same with lambda_d = -(d / (D + 1)) / (1 - m). For scores X_i in [0, 1]
-with a common conditional mean mu <= m, every term is a nonnegative supermartingale (the bets are >= 0 and
-E[X_i - m] <= 0), so by Ville's inequality
+and the bettor on the other side does the same with (m_i - X_i) / (1 - m_i). m_i is what X_i's conditional
+mean would be if the mean were m: m itself for i.i.d. scores; for scores drawn in a uniformly random order
+without replacement from the N instances of a full sweep's cell (an adaptive run's shuffled cell), the mean the
+instances not yet drawn would need, (N m - X_1 - ... - X_{i-1}) / (N - i + 1) (Waudby-Smith & Ramdas,
+"Confidence sequences for sampling without replacement", NeurIPS 2020). If the mean is m or less, every term is
+a nonnegative supermartingale (the bets are >= 0 and E[X_i - m_i | past] <= 0), so by Ville's inequality
 
-    P(for some t: K_t(m) >= 1 / alpha) <= alpha   for every m >= mu,
+    P(for some t: K_t(m) >= 1 / alpha) <= alpha   for every m at or above the mean,
 
 and m is ruled out as a lower bound once its capital reaches 1 / alpha: the lower confidence sequence. The upper
 one is the mirror image. Each bound holds at every t at once with probability >= 1 - alpha, so a cell may be
@@ -21,6 +25,7 @@ looked at after every round and stopped whenever a bound clears the threshold (o
 inflating the error. A cell is decided `above` when its lower bound passes the threshold: if its mean is in fact
 at or below it, that needs the lower bound to be wrong, probability <= alpha; `below` likewise. So each decision
 is wrong with probability <= alpha; the two bounds together cover the mean with probability >= 1 - 2 alpha.
+Without replacement "the mean" is the full sweep's score of the cell, known exactly once all N are drawn.
 
 Why this capital (benchmarks/README.md has the replays): a decision needs only the bound on its own side, and a
 one-sided bettor never loses wealth betting the wrong way; mixing constant bets (a Bayes mixture of alternatives
@@ -83,26 +88,53 @@ def _scores(scores: Sequence[float] | np.ndarray) -> np.ndarray:
     return x
 
 
-def log_capital(scores: Sequence[float] | np.ndarray, m: float, *, side: int) -> np.ndarray:
+def null_means(x: np.ndarray, m: float, population: int | None) -> np.ndarray:
+    """What each observation's conditional mean would be if the mean were `m`: `m` itself for i.i.d. draws; for
+    draws without replacement from `population` instances of mean m, the mean of those not yet drawn,
+    (population * m - sum so far) / (instances left), as in Waudby-Smith & Ramdas, "Confidence sequences for
+    sampling without replacement", NeurIPS 2020."""
+    if population is None:
+        return np.full(x.shape, float(m))
+    n = x.shape[-1]
+    if n > population:
+        raise ValueError(f"{n} scores drawn without replacement from {population} instances")
+    before = np.cumsum(x, axis=-1) - x
+    return (population * m - before) / (population - np.arange(n))
+
+
+def log_capital(scores: Sequence[float] | np.ndarray, m: float, *, side: int,
+                population: int | None = None) -> np.ndarray:
     """Log of the dKelly capital of betting that the mean is above (`side=UP`) or below (`DOWN`) the candidate
-    `m` in (0, 1), after each observation; `scores` is (..., n), the result has the same shape."""
+    `m` in (0, 1), after each observation; `scores` is (..., n), the result has the same shape.
+
+    `population`: the scores are drawn in a uniformly random order without replacement from that many instances
+    (an adaptive run's shuffled cell), and `m` is a candidate for their mean, the full sweep's score. The bettor
+    then bets against the mean of the instances not yet drawn; a null that the draws have made impossible (the
+    rest would need a mean below 0 or above 1) has infinite capital."""
     x = _scores(scores)
-    largest = 1 / m if side == UP else -1 / (1 - m)
+    mt = null_means(x, m, population)
+    if side == UP:
+        impossible = (mt <= 0) & (x > mt)
+        step = np.where(mt > 0, (x - mt) / np.where(mt > 0, mt, 1.0), 0.0)
+    else:
+        impossible = (mt >= 1) & (x < mt)
+        step = np.where(mt < 1, (mt - x) / np.where(mt < 1, 1 - mt, 1.0), 0.0)
     total = np.full(x.shape, -np.inf)
-    with np.errstate(divide="ignore"):  # a bet of the whole wealth lost: log 0 = -inf, the mixture lives on
-        for fraction in _FRACTIONS:
-            total = np.logaddexp(total, np.cumsum(np.log1p(fraction * largest * (x - m)), axis=-1))
-    return total - math.log(len(_FRACTIONS))
+    for fraction in _FRACTIONS:  # each bet keeps at least 1 - fraction of the wealth: no log 0
+        total = np.logaddexp(total, np.cumsum(np.log1p(fraction * step), axis=-1))
+    total = total - math.log(len(_FRACTIONS))
+    return np.where(np.logical_or.accumulate(impossible, axis=-1), np.inf, total)
 
 
-def crossed(scores: Sequence[float] | np.ndarray, m: float, *, alpha: float, side: int) -> np.ndarray:
+def crossed(scores: Sequence[float] | np.ndarray, m: float, *, alpha: float, side: int,
+            population: int | None = None) -> np.ndarray:
     """Whether the `side` bettor against `m` has reached 1 / alpha by each observation (once out, out for good):
     for UP, `m` is below the lower bound; for DOWN, above the upper bound."""
-    logk = log_capital(scores, m, side=side)
+    logk = log_capital(scores, m, side=side, population=population)
     return np.logical_or.accumulate(logk >= math.log(1 / alpha), axis=-1)
 
 
-def side(scores: Sequence[float] | np.ndarray, m: float, *, alpha: float) -> int:
+def side(scores: Sequence[float] | np.ndarray, m: float, *, alpha: float, population: int | None = None) -> int:
     """+1 when the lower bound has passed `m`, -1 when the upper bound has, else 0.
 
     Both can pass (the bounds crossed, a rare and valid outcome): the one that passed first decides, as it
@@ -112,13 +144,13 @@ def side(scores: Sequence[float] | np.ndarray, m: float, *, alpha: float) -> int
         return 0
     first = {}
     for s in (UP, DOWN):
-        hits = np.flatnonzero(crossed(x, m, alpha=alpha, side=s))
+        hits = np.flatnonzero(crossed(x, m, alpha=alpha, side=s, population=population))
         if hits.size:
             first[s] = hits[0]
     return min(first, key=first.get) if first else 0
 
 
-def bound(scores: Sequence[float] | np.ndarray, *, alpha: float, side: int) -> float:
+def bound(scores: Sequence[float] | np.ndarray, *, alpha: float, side: int, population: int | None = None) -> float:
     """The lower (`side=UP`) or upper (`DOWN`) confidence bound after the last observation, rounded outward to
     1/1000: the edge of the candidates that bettor has ruled out (none: 0 or 1)."""
     x = _scores(scores)
@@ -128,7 +160,7 @@ def bound(scores: Sequence[float] | np.ndarray, *, alpha: float, side: int) -> f
     inside, out = (1.0, 0.0) if side == UP else (0.0, 1.0)
     for _ in range(24):  # to 1e-7, well inside the reported step
         mid = (inside + out) / 2
-        if crossed(x, mid, alpha=alpha, side=side)[-1]:
+        if crossed(x, mid, alpha=alpha, side=side, population=population)[-1]:
             out = mid
         else:
             inside = mid
@@ -137,10 +169,12 @@ def bound(scores: Sequence[float] | np.ndarray, *, alpha: float, side: int) -> f
     return min(1.0, math.ceil(inside / _STEP) * _STEP)
 
 
-def interval(scores: Sequence[float] | np.ndarray, *, alpha: float) -> tuple[float, float]:
+def interval(scores: Sequence[float] | np.ndarray, *, alpha: float,
+             population: int | None = None) -> tuple[float, float]:
     """(lower bound, upper bound), each at 1 - alpha; (0, 1) when empty. Bounds that crossed (rare) give the
     last mean twice."""
-    low, high = bound(scores, alpha=alpha, side=UP), bound(scores, alpha=alpha, side=DOWN)
+    low = bound(scores, alpha=alpha, side=UP, population=population)
+    high = bound(scores, alpha=alpha, side=DOWN, population=population)
     if low > high:
         mean = float(np.mean(scores))
         return mean, mean
@@ -165,10 +199,16 @@ class Settings:
     intervals: bool = True
     """Compute each cell's bounds (a bisection each); decisions need only the capital at the threshold, so
     replays switch it off."""
-
+    without_replacement: bool = True
+    """A cell's scores come in a uniformly random order from its cap's instances (`suite.shuffle`, and every
+    replay): the bounds are then for the full sweep's score of the cell, and tighten as the cell nears its cap.
+    False: i.i.d. draws, the bounds for the mean of the task's instance distribution."""
 
     def cap_for(self, length: int) -> int:
         return dict(self.length_caps).get(length, self.cap)
+
+    def population(self, length: int) -> int | None:
+        return self.cap_for(length) if self.without_replacement else None
 
 
 @dataclass(frozen=True)
@@ -194,7 +234,7 @@ class CellState:
 
 def assess(cells: Mapping[tuple[str, int], Sequence[float]], settings: Settings, *,
            memo: dict | None = None) -> list[CellState]:
-    """Every cell's interval and decision from its scores so far (in instance order), sorted by task and length.
+    """Every cell's interval and decision from its scores so far (in the order drawn), sorted by task and length.
 
     `memo` (replays): a dict kept across calls whose cells only ever grow, so a cell seen with the same count
     is not recomputed.
@@ -205,8 +245,15 @@ def assess(cells: Mapping[tuple[str, int], Sequence[float]], settings: Settings,
         if memo is not None and (key, len(values)) in memo:
             base[key] = memo[(key, len(values))]
             continue
-        low, high = interval(values, alpha=settings.alpha) if settings.intervals else (math.nan, math.nan)
-        decision = {1: ABOVE, -1: BELOW, 0: UNDECIDED}[side(values, settings.threshold, alpha=settings.alpha)]
+        population = settings.population(key[1])
+        if population is not None and len(values) == population:  # every instance drawn: the score is known
+            low = high = float(values.mean())
+            decision = ABOVE if low > settings.threshold else BELOW  # RULER: a length counts when it exceeds it
+        else:
+            low, high = (interval(values, alpha=settings.alpha, population=population) if settings.intervals
+                         else (math.nan, math.nan))
+            decision = {1: ABOVE, -1: BELOW, 0: UNDECIDED}[side(values, settings.threshold, alpha=settings.alpha,
+                                                                population=population)]
         base[key] = (len(values), float(values.mean()) if len(values) else None, low, high, decision)
         if memo is not None:
             memo[(key, len(values))] = base[key]
@@ -285,7 +332,7 @@ def group_effective_length(cells: Mapping[tuple[str, int], Sequence[float]], sta
     for length in sorted({n for _, n in cells}):
         members = [np.asarray(cells.get((t, length), ()), dtype=np.float64) for t in tasks]
         alpha = settings.alpha / len(tasks)
-        bounds = [interval(m, alpha=alpha) for m in members]
+        bounds = [interval(m, alpha=alpha, population=settings.population(length)) for m in members]
         low = float(np.mean([b[0] for b in bounds]))
         high = float(np.mean([b[1] for b in bounds]))
         means = [float(m.mean()) for m in members if len(m)]

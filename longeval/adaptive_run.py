@@ -1,11 +1,12 @@
 """Adaptive runs (`suite.adaptive=true`): the sweep in rounds of ordinary shards, stopping decided cells.
 
-Each round takes, for every (task, length) cell still undecided, its next `suite.adaptive_round` shards (the
-same shard names, indices and instances as a full sweep's), and runs them through the pipeline's own stages:
-`stages.generate`, `stages.infer`, `stages.score`. Decisions (longeval.adaptive) are recomputed from the
-scores on disk before every round, so a crash resumes where it stopped, a finished root does no new inference,
-and the same seed gives the same decisions. Extending an adaptive root to the full sweep is a rerun with
-`suite.adaptive=false`: the missing shards are simply generated.
+Each round takes, for every (task, length) cell still undecided, its next `suite.adaptive_round` shards of the
+full sweep's plan (with `suite.shuffle`, positions in the cell's seeded random order, so a round is a random
+sample of the cell), and runs them through the pipeline's own stages: `stages.generate`, `stages.infer`,
+`stages.score`. Decisions (longeval.adaptive) are recomputed from the scores on disk before every round, so a
+crash resumes where it stopped, a finished root does no new inference, and the same seed gives the same
+decisions. Extending an adaptive root to the full sweep is a rerun with `suite.adaptive=false` and the root's
+shard size and order: the missing shards are simply generated.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ __all__ = ["Cell", "adaptive_tables", "read_cells", "round_shards", "run_rounds"
 
 @dataclass(frozen=True)
 class Cell:
-    """One (task, length) cell's scored instances, in instance order, with each instance's tokens."""
+    """One (task, length) cell's scored instances, in the order its shards hold them, with their tokens."""
 
     scores: np.ndarray
     prompt_tokens: np.ndarray
@@ -63,11 +64,14 @@ def settings_for(cfg: Config) -> Settings:
     caps = samples_per_length(cfg)
     return Settings(threshold=suite.effective_threshold / 100, alpha=1 - suite.adaptive_confidence,
                     round_size=suite.shard_size * suite.adaptive_round, cap=suite.samples,
-                    length_caps=tuple((n, c) for n, c in sorted(caps.items()) if c != suite.samples))
+                    length_caps=tuple((n, c) for n, c in sorted(caps.items()) if c != suite.samples),
+                    without_replacement=bool(suite.shuffle))
 
 
-def read_cells(root: RunRoot, scores: pa.Table | None = None) -> dict[tuple[str, int], Cell]:
-    """Per cell (`family/task`, length): the scores on disk ordered by instance index, and their tokens."""
+def read_cells(root: RunRoot, scores: pa.Table | None = None, *, plan: Plan | None = None
+               ) -> dict[tuple[str, int], Cell]:
+    """Per cell (`family/task`, length): the scores on disk in the order the cell's shards hold them (`plan`: its
+    instances only, by position; without: every instance, by index), and their tokens."""
     if scores is None:
         scores = root.read_stage("scores", SCORE_SCHEMA)
     inst = root.read_stage("instances", INSTANCE_SCHEMA, columns=["instance_id", "index", "input_tokens"])
@@ -75,11 +79,20 @@ def read_cells(root: RunRoot, scores: pa.Table | None = None) -> dict[tuple[str,
     index = dict(zip(inst["instance_id"].to_pylist(), inst["index"].to_pylist(), strict=True))
     inputs = dict(zip(inst["instance_id"].to_pylist(), inst["input_tokens"].to_pylist(), strict=True))
     outputs = dict(zip(preds["instance_id"].to_pylist(), preds["output_tokens"].to_pylist(), strict=True))
+    positions = None
+    if plan is not None:
+        positions = {(s.task, s.target_length, i): p for s in plan.shards
+                     for p, i in zip(range(s.start, s.stop), s.indices(), strict=True)}
     rows: dict[tuple[str, int], list[tuple[int, float, int, int]]] = {}
     for r in scores.select(["instance_id", "family", "task", "target_length", "score"]).to_pylist():
         iid = r["instance_id"]
-        rows.setdefault((f"{r['family']}/{r['task']}", r["target_length"]), []).append(
-            (index.get(iid, 0), r["score"], inputs.get(iid, 0), outputs.get(iid, 0)))
+        key = (f"{r['family']}/{r['task']}", r["target_length"])
+        at = index.get(iid, 0)
+        if positions is not None:
+            at = positions.get((*key, at))
+            if at is None:  # an instance of another plan on the same root
+                continue
+        rows.setdefault(key, []).append((at, r["score"], inputs.get(iid, 0), outputs.get(iid, 0)))
     out = {}
     for key, cell in sorted(rows.items()):
         cell.sort()
@@ -119,17 +132,16 @@ def _states(cfg: Config, plan: Plan, cells: Mapping[tuple[str, int], Cell]) -> l
     return assess({k: cells[k].scores if k in cells else empty for k in planned}, settings_for(cfg))
 
 
-def round_shards(cfg: Config, states: list[CellState]) -> list[ShardSpec]:
-    """The next round's shards: for every open cell, the shards after its `n` scored instances."""
-    size, seed = cfg.suite.shard_size, cfg.suite.seed
-    caps = samples_per_length(cfg)
-    shards = []
-    for (task, length), extra in sorted(next_round(states, settings_for(cfg)).items()):
+def round_shards(cfg: Config, states: list[CellState], plan: Plan | None = None) -> list[ShardSpec]:
+    """The next round's shards, the full sweep's own (`plan`): for every open cell, the shards holding the
+    positions after its `n` scored instances."""
+    plan = plan or make_plan(cfg, check_data=False)
+    wanted = {}
+    for (task, length), extra in next_round(states, settings_for(cfg)).items():
         n = next(s.n for s in states if (s.task, s.length) == (task, length))
-        stop_all = min(caps[length], n + extra)
-        for start in range(n - n % size, stop_all, size):
-            shards.append(ShardSpec(task, length, seed, start // size, start, min(caps[length], start + size)))
-    return shards
+        wanted[(task, length)] = (n, n + extra)
+    return [s for s in plan.shards if (s.task, s.target_length) in wanted
+            and s.stop > wanted[(s.task, s.target_length)][0] and s.start < wanted[(s.task, s.target_length)][1]]
 
 
 def run_rounds(cfg: Config, root: RunRoot, model_path: str, progress=None, *, keep_engines: bool = True) -> int:
@@ -146,8 +158,8 @@ def run_rounds(cfg: Config, root: RunRoot, model_path: str, progress=None, *, ke
         infer(cfg, Plan(shards=(), pools=full.pools), root, model_path, progress, engines=engines)
         rounds = 0
         while True:
-            states = _states(cfg, full, read_cells(root, score(cfg, root)))
-            shards = round_shards(cfg, states)
+            states = _states(cfg, full, read_cells(root, score(cfg, root), plan=full))
+            shards = round_shards(cfg, states, full)
             if not shards:
                 log.info("adaptive: every cell decided or capped after %d new round(s); %d engine start(s)", rounds,
                          engines.started)
@@ -179,7 +191,7 @@ LENGTH_SCHEMA = pa.schema([
 
 
 def _stopped_by(s: CellState, cap: int) -> str:
-    if s.decision in (ABOVE, BELOW):
+    if s.decision in (ABOVE, BELOW) and s.early:
         return "interval"
     if s.decision == "presumed_below":
         return "confirmation"
@@ -191,7 +203,7 @@ def adaptive_tables(cfg: Config, root: RunRoot, scores: pa.Table | None = None) 
     compute spent against the full sweep (`compute`, a dict)."""
     settings = settings_for(cfg)
     plan = make_plan(cfg, check_data=False)
-    cells = read_cells(root, scores)
+    cells = read_cells(root, scores, plan=plan)
     states = _states(cfg, plan, cells)
     caps = samples_per_length(cfg)
     hours = gpu_hours(cfg, cells)

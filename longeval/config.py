@@ -165,6 +165,10 @@ class SuiteConfig:
     checked; docs/adaptive.md)."""
     adaptive_round: int = 1
     """Shards (of `shard_size` instances) each undecided cell gets per adaptive round."""
+    shuffle: bool | None = None
+    """Lay each (task, length) cell's instances out in a seeded random order, so that a run of consecutive shards
+    is a random sample of them (generators cycle some parameters through the index). Unset: on in an adaptive
+    run, whose rounds take consecutive shards; off otherwise (a full sweep holds the same instances either way)."""
 
     data: DataConfig = field(default_factory=DataConfig)
     subsets: list[str] = field(default_factory=list)
@@ -395,6 +399,8 @@ def validate(raw: DictConfig | dict) -> Config:
         raise ConfigError(_explain_type(exc) or f"config error at {key!r}: {first}") from exc
     if cfg.suite.shard_size is None:
         cfg.suite.shard_size = ADAPTIVE_SHARD_SIZE if cfg.suite.adaptive else SHARD_SIZE
+    if cfg.suite.shuffle is None:
+        cfg.suite.shuffle = cfg.suite.adaptive
     _check(cfg)
     return cfg
 

@@ -49,7 +49,7 @@ def shard_key(ctx: Any, spec: ShardSpec) -> str | None:
     return content_id(
         "instances", __version__, task.generator_version, spec.task, params, files, spec.target_length, spec.seed,
         spec.shard_index, spec.start, spec.stop, ctx.encoder.fingerprint, ctx.fmt.identity(), ctx.data_id,
-        output_budget(task, ctx.fmt, spec.target_length),
+        output_budget(task, ctx.fmt, spec.target_length), *((spec.population,) if spec.shuffled else ()),
     )
 
 

@@ -1,15 +1,20 @@
 """Expand a config into shard specs and inference pools, without running anything.
 
-A shard is `(task, target_length, seed, shard_index)` covering instance indices [start, stop): the unit
-of parallel generation and of resume. A pool is a contiguous bucket of lengths served by engine
-replicas with one `max_model_len`.
+A shard is `(task, target_length, seed, shard_index)` covering positions [start, stop) of its cell's
+instances: the unit of parallel generation and of resume. Positions are instance indices, or with
+`suite.shuffle` (adaptive runs) places in the cell's seeded random order (`cell_order`), so that any run of
+consecutive shards is a simple random sample of the cell's instances. A pool is a contiguous bucket of lengths
+served by engine replicas with one `max_model_len`.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
+from functools import lru_cache
 
+import numpy as np
 import pyarrow as pa
 
 from longeval.capacity import (
@@ -37,6 +42,16 @@ class ShardSpec:
     shard_index: int
     start: int
     stop: int
+    shuffled: bool = False
+    """[start, stop) are positions in `cell_order` (of `population` instances), not instance indices."""
+    population: int = 0
+
+    def indices(self) -> list[int]:
+        """The instance indices this shard holds, in position order."""
+        if not self.shuffled:
+            return list(range(self.start, self.stop))
+        group = get_task(self.task).context_group or self.task
+        return cell_order(self.seed, group, self.target_length, self.population)[self.start:self.stop].tolist()
 
     @property
     def name(self) -> str:
@@ -45,6 +60,20 @@ class ShardSpec:
 
     def to_row(self) -> dict:
         return asdict(self)
+
+
+@lru_cache(maxsize=256)
+def cell_order(seed: int, group: str, target_length: int, population: int) -> np.ndarray:
+    """A cell's instance indices 0..population-1 in a seeded random order (read-only).
+
+    Generators cycle some parameters through the index (RULER's needle depth over 40 depths, SYNC's graph size,
+    ...), so consecutive indices are not a random sample; an adaptive run's rounds take consecutive positions of
+    this order instead. Tasks sharing contexts (`context_group`) share the order, so their rounds take the same
+    contexts."""
+    group_hash = int.from_bytes(hashlib.sha256(f"order:{group}".encode()).digest()[:8], "little")
+    order = np.random.default_rng([seed, group_hash, target_length, population]).permutation(population)
+    order.flags.writeable = False
+    return order
 
 
 @dataclass(frozen=True)
@@ -123,7 +152,8 @@ def make_plan(cfg: Config, *, check_data: bool = True) -> Plan:
         for length, samples in samples_per_length(cfg).items():
             for shard_index, start in enumerate(range(0, samples, suite.shard_size)):
                 stop = min(samples, start + suite.shard_size)
-                shards.append(ShardSpec(spec.key, length, suite.seed, shard_index, start, stop))
+                shards.append(ShardSpec(spec.key, length, suite.seed, shard_index, start, stop,
+                                        shuffled=bool(suite.shuffle), population=samples if suite.shuffle else 0))
     return Plan(shards=tuple(shards), pools=tuple(make_pools(cfg)))
 
 

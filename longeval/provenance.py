@@ -105,24 +105,28 @@ def _check_same_config(cfg: Config, root: RunRoot) -> None:
 
 
 def _check_same_ranges(cfg: Config, old, root: RunRoot) -> None:
-    """Refuse a samples or shard_size change that gives a finished shard name instances it does not hold: the
-    rerun would take the old shard for done and miss them. Fewer samples are fine: the summaries keep only the
-    current plan's instances (`in_plan`)."""
+    """Refuse a samples, shard_size or shuffle change that gives a finished shard name instances it does not hold:
+    the rerun would take the old shard for done and miss them. Fewer samples in index order are fine: the
+    summaries keep only the current plan's instances (`in_plan`). A shuffled cell's order depends on its
+    instance count, so there any change is refused."""
     import dataclasses
 
-    was = {k: OmegaConf.select(old, f"suite.{k}") for k in ("samples", "shard_size", "subsets")}
+    was = {k: OmegaConf.select(old, f"suite.{k}") for k in ("samples", "shard_size", "subsets", "shuffle")}
     if None in (was["samples"], was["shard_size"]):
         return
+    was["shuffle"] = bool(was["shuffle"])  # roots made before the setting existed are in index order
     before = dataclasses.replace(cfg, suite=dataclasses.replace(
         cfg.suite, samples=int(was["samples"]), shard_size=int(was["shard_size"]),
-        subsets=list(was["subsets"] or [])))
-    old_ranges = {s.name: (s.start, s.stop) for s in make_plan(before, check_data=False).shards}
+        subsets=list(was["subsets"] or []), shuffle=was["shuffle"]))
+    old_indices = {s.name: s.indices() for s in make_plan(before, check_data=False).shards}
     changed = sorted(s.name for s in make_plan(cfg, check_data=False).shards
-                     if s.name in old_ranges and not old_ranges[s.name][0] == s.start < s.stop <= old_ranges[s.name][1])
+                     if s.name in old_indices and s.indices() != old_indices[s.name][:len(s.indices())])
     if changed:
+        now = (cfg.suite.samples, cfg.suite.shard_size, cfg.suite.shuffle)
         raise ConfigError(
-            f"run root {root.uri} was made with suite.samples={was['samples']} and suite.shard_size="
-            f"{was['shard_size']}; with suite.samples={cfg.suite.samples} and suite.shard_size={cfg.suite.shard_size}"
-            f" shard {changed[0]} would need instances it does not hold. Pass the root's suite.samples and "
-            "suite.shard_size again (completing an adaptive root into the full sweep keeps its shard size), use "
-            "another run_name=..., or the default run name (it differs per suite)")
+            f"run root {root.uri} was made with suite.samples={was['samples']}, suite.shard_size="
+            f"{was['shard_size']} and suite.shuffle={str(was['shuffle']).lower()}; with suite.samples={now[0]}, "
+            f"suite.shard_size={now[1]} and suite.shuffle={str(now[2]).lower()} shard {changed[0]} would need "
+            "instances it does not hold. Pass the root's settings again (completing an adaptive root into the full "
+            "sweep keeps its shard size and order), use another run_name=..., or the default run name (it differs "
+            "per suite)")

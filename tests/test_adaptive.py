@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -49,6 +51,43 @@ def test_a_decision_against_a_mean_on_the_threshold_is_rare():
     x = (rng.random((2000, 500)) < S.threshold).astype(float)
     decided = np.array([side(row, S.threshold, alpha=ALPHA) for row in x])
     assert (decided == 1).mean() <= ALPHA and (decided == -1).mean() <= ALPHA
+
+
+def _stratified_population(rng: np.random.Generator, n: int = 400) -> np.ndarray:
+    """A NIAH-like cell: the needle depth cycles with the index (`DEPTHS[index % 40]`), the first quarter of the
+    depths is hard (P = 0.5), the rest easy: a full-sweep score of about 0.875, above the threshold."""
+    depth = np.arange(n) % 40
+    return (rng.random(n) < np.where(depth < 10, 0.5, 1.0)).astype(float)
+
+
+def test_drawn_without_replacement_each_bound_holds_for_the_full_sweeps_score():
+    """2,000 random orders of one stratified population, checked after every draw: each bound passes the
+    population's mean (the full sweep's score) in at most alpha of them."""
+    rng = np.random.default_rng(9)
+    population = _stratified_population(rng, 200)
+    orders = np.stack([population[rng.permutation(200)] for _ in range(2000)])
+    for s in (UP, DOWN):
+        assert crossed(orders, population.mean(), alpha=ALPHA, side=s, population=200)[:, -1].mean() <= ALPHA
+    # at the last draw the bounds close in on the score (an interval at n = N is a point; the bets get near it)
+    low, high = interval(orders[0], alpha=ALPHA, population=200)
+    assert low <= population.mean() <= high and high - low <= 0.01
+
+
+def test_a_stratified_cell_needs_its_instances_in_a_random_order():
+    """Why `suite.shuffle`: taking such a cell in index order, the first rounds see only the hard depths and the
+    cell is decided below wrongly far more often than alpha; in a random order, at most alpha."""
+    rng = np.random.default_rng(4)
+    wrong_in_index_order, wrong_shuffled = [], []
+    for _ in range(200):
+        population = _stratified_population(rng)
+        truth = 1 if population.mean() > S.threshold else -1
+        in_index_order = side(population, S.threshold, alpha=ALPHA)
+        shuffled = side(population[rng.permutation(len(population))], S.threshold, alpha=ALPHA,
+                        population=len(population))
+        wrong_in_index_order.append(in_index_order == -truth)
+        wrong_shuffled.append(shuffled == -truth)
+    assert np.mean(wrong_in_index_order) > 4 * ALPHA
+    assert np.mean(wrong_shuffled) <= ALPHA
 
 
 def test_a_fixed_n_interval_checked_every_time_would_not_hold():
@@ -102,8 +141,11 @@ def test_clear_cells_are_decided_within_a_few_rounds_and_near_ones_are_not():
         {("ruler/a", 4096): perfect, ("ruler/a", 8192): failing, ("ruler/b", 4096): near}, S)}
     assert states[("ruler/a", 4096)].decision == ABOVE and states[("ruler/a", 4096)].early
     assert states[("ruler/a", 8192)].decision == BELOW and states[("ruler/a", 8192)].stopped
-    capped = states[("ruler/b", 4096)]
-    assert capped.decision == UNDECIDED and capped.stopped and not capped.early
+    capped = states[("ruler/b", 4096)]  # every instance drawn: the full sweep's score is known, decided late
+    assert capped.decision == (ABOVE if near.mean() > S.threshold else BELOW) and capped.stopped
+    assert not capped.early and capped.low == capped.high == near.mean()
+    iid = assess({("ruler/b", 4096): near}, replace(S, without_replacement=False))[0]  # i.i.d.: no such knowledge
+    assert iid.decision == UNDECIDED and iid.stopped and not iid.early
     assert next_round(list(states.values()), S) == {}
 
 

@@ -133,12 +133,12 @@ def test_an_adaptive_run_keeps_both_replicas_of_its_pool_across_rounds_on_two_no
     """Issue #15: the rounds of an adaptive run reuse their engines (sized once from the plan): two replicas,
     one per node, each started once and run once per round."""
     cfg = load_config(["model=tiny_random", "suite.tasks=[niah_single_1,vt]", "suite.lengths=[1024]",
-                       "suite.samples=12", "suite.shard_size=2", "model.max_num_seqs=4", "suite.adaptive=true",
+                       "suite.samples=12", "suite.shard_size=1", "model.max_num_seqs=4", "suite.adaptive=true",
                        "cluster.replicas=2", "cluster.gpus_per_replica=1", f"cluster.address={two_nodes.address}",
                        "store.shared_filesystem=true", f"store.root={tmp_path}", "run_name=kept"])
     result = run(cfg)
     cells = result.adaptive["adaptive"].to_pylist()
-    assert [c["instances"] for c in cells] == [4, 4]  # two rounds: the tiny model is decided below after 4
+    assert [c["instances"] for c in cells] == [2, 2]  # two rounds: the tiny model is decided below after 2
     records = [json.loads(p.read_text()) for p in (tmp_path / "kept" / "engines").glob("*.json")]
     assert sorted(r["replica"] for r in records) == ["pool0/r0", "pool0/r1"], records  # no restart between rounds
     assert len({r["node"] for r in records}) == 2

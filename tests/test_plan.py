@@ -23,6 +23,31 @@ def test_shards_cover_every_instance_once():
     assert len({s.name for s in plan.shards}) == len(plan.shards)
 
 
+def test_a_shuffled_plan_lays_each_cell_out_in_a_seeded_random_order():
+    """`suite.shuffle` (adaptive runs): a cell's shards hold all its indices once, in an order fixed by the seed,
+    shared by tasks that share contexts, and a cell's first shards are spread over the generators' cycles."""
+    base = ["suite=ruler", "suite.tasks=[niah_single_1,vt]", "suite.lengths=[1024]", "suite.samples=400",
+            "suite.adaptive=true"]
+    plan = make_plan(load_config(base), check_data=False)
+    assert all(s.shuffled and s.population == 400 and s.stop - s.start == 10 for s in plan.shards)
+    for task in ("ruler/niah_single_1", "ruler/vt"):
+        held = [i for s in plan.shards if s.task == task for i in s.indices()]
+        assert sorted(held) == list(range(400)) and held != list(range(400))
+    first = [s for s in plan.shards if s.task == "ruler/niah_single_1"][:4]
+    depths = {i % 40 for s in first for i in s.indices()}  # RULER NIAH's depth cycle: index order would give 0..39
+    assert min(depths) < 10 and max(depths) >= 30
+    again = make_plan(load_config(base), check_data=False)
+    assert [s.indices() for s in again.shards] == [s.indices() for s in plan.shards]
+    other = make_plan(load_config([*base, "suite.seed=7"]), check_data=False)
+    assert [s.indices() for s in other.shards] != [s.indices() for s in plan.shards]
+    sync = make_plan(load_config(["suite.tasks=[connected_nodes,shortest_path]", "suite.lengths=[4096]",
+                                  "suite.samples=30", "suite.adaptive=true"]), check_data=False)
+    orders = {s.task: s.indices() for s in sync.shards if s.shard_index == 0}
+    assert len({tuple(v) for v in orders.values()}) == 1  # one context group: the same contexts first
+    plain = make_plan(load_config(base[:-1]), check_data=False)
+    assert not plain.shards[0].shuffled and plain.shards[0].indices() == list(range(25))
+
+
 def test_pool_caps_max_model_len_at_the_models_limit():
     plan = make_plan(load_config(["suite.lengths=[1024,16384]", "suite.allow_too_long=true"]))
     assert plan.pools[0].max_model_len == 8192

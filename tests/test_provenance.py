@@ -67,13 +67,17 @@ def test_runs_compare_on_the_run_settings_but_the_model_and_data_location():
         "suite.data.longbench_v2_path"}
 
 
-def test_completing_an_adaptive_root_into_the_full_sweep_needs_its_shard_size(tmp_path):
-    """An adaptive run writes shards of 10 by default (a round is one shard per open cell); a full-sweep rerun
-    on its root without that size is refused, naming both sizes, and with it goes ahead."""
+def test_completing_an_adaptive_root_into_the_full_sweep_needs_its_shard_size_and_order(tmp_path):
+    """An adaptive run writes shards of 10 in each cell's shuffled order by default; a full-sweep rerun on its
+    root without those settings is refused, naming them, and with them goes ahead."""
     args = ["suite=ruler", "suite.tasks=[vt]", "suite.lengths=[1024]", "suite.samples=20"]
     adaptive = load_config([*args, "suite.adaptive=true"])
     root = RunRoot(str(tmp_path / "run"))
     root.write_text("config.yaml", to_yaml(adaptive))
-    with pytest.raises(ConfigError, match=r"suite\.shard_size=10; .*suite\.shard_size=25 .*Pass the root's"):
+    with pytest.raises(ConfigError, match=r"suite\.shard_size=10 and suite\.shuffle=true; .*suite\.shard_size=25 "
+                                          r"and suite\.shuffle=false .*Pass the root's settings"):
         _check_same_config(load_config(args), root)
-    _check_same_config(load_config([*args, "suite.shard_size=10"]), root)
+    _check_same_config(load_config([*args, "suite.shard_size=10", "suite.shuffle=true"]), root)
+    # a shuffled cell's order depends on its count: more (or fewer) samples would reshuffle finished shards
+    with pytest.raises(ConfigError, match=r"suite\.samples=20.*suite\.samples=30"):
+        _check_same_config(load_config([*args[:-1], "suite.samples=30", "suite.adaptive=true"]), root)

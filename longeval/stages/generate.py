@@ -4,7 +4,7 @@ their edge to Ray and the store)."""
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 import pyarrow as pa
@@ -68,10 +68,10 @@ def _py(value):
 
 
 def generate_shard(ctx, spec: ShardSpec) -> pa.Table:
-    """Instances [start, stop) of one task and length: pure, and the same with any sharding."""
+    """The shard's instances (`spec.indices()`) of one task and length: pure, and the same with any sharding."""
     task = get_task(spec.task, ctx.task_overrides)
     rows = []
-    for index in range(spec.start, spec.stop):
+    for index in spec.indices():
         rng = instance_rng(spec.seed, task.key, spec.target_length, index)
         shared = {"context_rng": context_rng(spec.seed, task.context_group, spec.target_length, index)} \
             if task.context_group else {}
@@ -130,5 +130,5 @@ def preflight(cfg: Config, plan: Plan, model_path: str) -> None:
     for shard in sorted(plan.shards, key=lambda s: s.target_length):
         firsts.setdefault(shard.task, shard)
     for shard in firsts.values():
-        one = ShardSpec(shard.task, shard.target_length, shard.seed, shard.shard_index, shard.start, shard.start + 1)
+        one = replace(shard, stop=shard.start + 1)
         generate_shard(ctx, one)
