@@ -7,16 +7,18 @@ Run from the repository root:
     .venv/bin/python benchmarks/adaptive.py --round 25             # rounds of a full sweep's shard
     .venv/bin/python benchmarks/adaptive.py --root runs/my-full-run
 
-Each replay shuffles every (task, length) cell's instances, then runs the procedure of an adaptive run: a round
-of `--round` instances for every undecided cell (10: an adaptive run's default shard), decisions from the
-confidence bounds, the confirmation rule above a task's first failed length, until no cell is open or every
-open one reached the cell's full count (the cap). Printed per profile (or per task of a run root): how often
-the adaptive effective length equals the full sweep's, how often it is reported undecided, how often it is
-wrong, the share of the full sweep's tokens spent, the mean number of rounds, and for the synthetic profiles
-the share of GPU-hours (longeval.cost: Llama-3.1-8B on an A100 80GB, whose attention makes long cells dearer
-per token). Tokens are target_length x instances for the synthetic profiles, and each instance's input +
-output tokens for a run root. Targets (printed, not asserted): >= 95 % same effective length for <= 10 % of
-the tokens on profiles not near the threshold; near it, undecided rather than wrong.
+Each replay shuffles every (task, length) cell's instances, then runs the procedure of an adaptive run: a round of
+`--round` instances for every undecided cell (10: an adaptive run's default shard), decisions from the confidence
+bounds, the confirmation rule above a task's first failed length, until no cell is open or every open one reached
+the cell's full count (the cap). Printed per profile (or per task of a run root): how often the adaptive effective
+length equals the full sweep's, how often it is flagged near the threshold (`near%`: decided, but a full sweep with
+other instances could give another length), how often it is reported undecided, how often it is wrong, and wrong
+without the flag (`unflg%`), the share of the full sweep's tokens spent, the mean number of rounds, and for the
+synthetic profiles the share of GPU-hours (longeval.cost: Llama-3.1-8B on an A100 80GB, whose attention makes long
+cells dearer per token). Tokens are target_length x instances for the synthetic profiles, and each instance's input
++ output tokens for a run root. Targets (printed, not asserted): >= 95 % same effective length for <= 10 % of the
+tokens on profiles not near the threshold; near it, flagged or undecided rather than wrong. `--per-cell` spends
+alpha per cell instead of splitting it over a task's lengths (Settings.per_task).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ PROFILES: dict[str, tuple[tuple[float, ...], bool]] = {
 @dataclass(frozen=True)
 class Outcome:
     effective: dict[str, int | None]
+    near: dict[str, bool]
     tokens: float
     instances: int
     rounds: int
@@ -73,13 +76,14 @@ def replay(cells: Mapping[tuple[str, int], np.ndarray], tokens: Mapping[tuple[st
         rounds += 1
         for key, extra in alloc.items():
             used[key] += extra
-    effective = {}
+    effective, near = {}, {}
     for task in sorted({t for t, _ in cells}):
-        eff = effective_length({s.length: s.decision for s in states if s.task == task})
-        effective[task] = eff.value
+        mine = [s for s in states if s.task == task]
+        eff = effective_length({s.length: s.decision for s in mine}, {s.length for s in mine if s.near_threshold})
+        effective[task], near[task] = eff.value, eff.near_threshold
     spent = sum(float(tokens[k][order[k][:used[k]]].sum()) for k in cells)
     seconds = sum(costs[k] * used[k] for k in cells) if costs else 0.0
-    return Outcome(effective=effective, tokens=spent, instances=sum(used.values()), rounds=rounds,
+    return Outcome(effective=effective, near=near, tokens=spent, instances=sum(used.values()), rounds=rounds,
                    gpu_seconds=seconds)
 
 
@@ -123,7 +127,11 @@ def evaluate(name: str, cells, tokens, settings, *, replays: int, seed: int,
         same = np.mean([g == want for g in got])
         undecided = np.mean([g is None for g in got])
         wrong = 1 - same - undecided
-        lines.append(f"{name:<24} {task:<22} {want:>7} {100 * same:6.1f} {100 * undecided:6.1f} {100 * wrong:6.1f}"
+        near = np.mean([o.near[task] for o in outcomes])
+        unflagged = np.mean([g is not None and g != want and not o.near[task]
+                             for g, o in zip(got, outcomes, strict=True)])
+        lines.append(f"{name:<24} {task:<22} {want:>7} {100 * same:6.1f} {100 * near:6.1f} {100 * undecided:6.1f}"
+                     f" {100 * wrong:6.1f} {100 * unflagged:6.1f}"
                      f" {100 * share.mean():7.1f} {100 * share.max():7.1f} {oracle:7.1f}"
                      f" {np.mean([o.rounds for o in outcomes]):6.1f}{gpu}")
     return lines
@@ -165,13 +173,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--threshold", type=float, default=85.6, help="in points (0-100), as suite.effective_threshold")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--per-cell", action="store_true", help="alpha per cell, not split over a task's lengths")
     args = p.parse_args(argv)
 
     from longeval.adaptive import Settings
 
     print(f"replays {args.replays}, round {args.round}, confidence {args.confidence}, threshold {args.threshold}")
-    print(f"{'profile':<24} {'task':<22} {'full EL':>7} {'same%':>6} {'undec%':>6} {'wrong%':>6}"
-          f" {'tokens%':>7} {'max%':>7} {'oracle%':>7} {'rounds':>6}" + ("" if args.root else f" {'GPU-h%':>7}"))
+    print(f"{'profile':<24} {'task':<22} {'full EL':>7} {'same%':>6} {'near%':>6} {'undec%':>6} {'wrong%':>6}"
+          f" {'unflg%':>6} {'tokens%':>7} {'max%':>7} {'oracle%':>7} {'rounds':>6}"
+          + ("" if args.root else f" {'GPU-h%':>7}"))
     if args.root:
         from longeval.adaptive_run import read_cells
         from longeval.store import RunRoot
@@ -181,13 +191,13 @@ def main(argv: list[str] | None = None) -> None:
         cells = {k: v.scores[:cap] for k, v in data.items()}
         tokens = {k: v.tokens[:cap] for k, v in data.items()}
         settings = Settings(threshold=args.threshold / 100, alpha=1 - args.confidence, round_size=args.round,
-                            cap=cap, intervals=False)
+                            cap=cap, intervals=False, per_task=not args.per_cell)
         for line in evaluate(args.root.rstrip("/").split("/")[-1], cells, tokens, settings,
                              replays=args.replays, seed=args.seed):
             print(line)
         return
     settings = Settings(threshold=args.threshold / 100, alpha=1 - args.confidence, round_size=args.round,
-                        cap=args.samples, intervals=False)
+                        cap=args.samples, intervals=False, per_task=not args.per_cell)
     costs = synthetic_costs()
     for i, (name, (values, _near)) in enumerate(PROFILES.items()):
         cells, tokens = synthetic(values, args.samples, args.seed + i)

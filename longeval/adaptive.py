@@ -34,16 +34,21 @@ the ones that cost. Against the two-sided aGRAPA sequence used before, the gradu
 of 10 spends 8.9 % of the full sweep's tokens instead of 10.1 %, with the same effective length.
 
 The capital is decreasing in m (increasing for the upper bettor), so the excluded candidates form an interval
-and each bound is found by bisection; bounds are reported rounded outward to a step of 1/1000. The guarantee is
-per cell: k cells' bounds all hold at once with probability >= 1 - k * alpha (union bound); group bounds below
-use alpha / k per member cell for that reason.
+and each bound is found by bisection; bounds are reported rounded outward to a step of 1/1000. k cells' bounds
+all hold at once with probability >= 1 - k * alpha (union bound), so a task's alpha is split over its lengths
+(Settings.per_task): its effective length, which needs all of them right, is then wrong with probability <= alpha.
+Group bounds split it further over the member tasks.
+
+A decision is about the full sweep's score; where that score is itself within its sampling noise of the threshold
+(`near_threshold`), the cell and any effective length it could move are flagged rather than passed off as firm.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -62,6 +67,7 @@ __all__ = [
     "effective_length",
     "group_effective_length",
     "interval",
+    "near_threshold",
     "log_capital",
     "next_round",
 ]
@@ -110,14 +116,16 @@ def log_capital(scores: Sequence[float] | np.ndarray, m: float, *, side: int,
     `population`: the scores are drawn in a uniformly random order without replacement from that many instances
     (an adaptive run's shuffled cell), and `m` is a candidate for their mean, the full sweep's score. The bettor
     then bets against the mean of the instances not yet drawn; a null that the draws have made impossible (the
-    rest would need a mean below 0 or above 1) has infinite capital."""
+    rest would need a mean below 0 or above 1) has infinite capital from that draw on."""
     x = _scores(scores)
     mt = null_means(x, m, population)
+    impossible = np.zeros(x.shape, dtype=bool)
+    if population is not None:  # the draws so far already total more (less) than the whole cell could
+        rest = population * m - np.cumsum(x, axis=-1)  # what the instances not yet drawn would have to total
+        impossible = rest < -1e-9 if side == UP else rest > population - np.arange(1, x.shape[-1] + 1) + 1e-9
     if side == UP:
-        impossible = (mt <= 0) & (x > mt)
         step = np.where(mt > 0, (x - mt) / np.where(mt > 0, mt, 1.0), 0.0)
     else:
-        impossible = (mt >= 1) & (x < mt)
         step = np.where(mt < 1, (mt - x) / np.where(mt < 1, 1 - mt, 1.0), 0.0)
     total = np.full(x.shape, -np.inf)
     for fraction in _FRACTIONS:  # each bet keeps at least 1 - fraction of the wealth: no log 0
@@ -203,12 +211,20 @@ class Settings:
     """A cell's scores come in a uniformly random order from its cap's instances (`suite.shuffle`, and every
     replay): the bounds are then for the full sweep's score of the cell, and tighten as the cell nears its cap.
     False: i.i.d. draws, the bounds for the mean of the task's instance distribution."""
+    per_task: bool = True
+    """Split alpha over a task's lengths (Bonferroni), so that all of a task's decisions, hence its effective
+    length, are right at once with probability >= 1 - alpha. False: alpha per cell, k lengths near the threshold
+    compound to k * alpha."""
 
     def cap_for(self, length: int) -> int:
         return dict(self.length_caps).get(length, self.cap)
 
     def population(self, length: int) -> int | None:
         return self.cap_for(length) if self.without_replacement else None
+
+    def cell_alpha(self, lengths: int) -> float:
+        """Each bound's error in a task of `lengths` lengths."""
+        return self.alpha / lengths if self.per_task else self.alpha
 
 
 @dataclass(frozen=True)
@@ -230,6 +246,9 @@ class CellState:
     """Above the task's first confidently failed length: sampled only for confirmation unless it looks above."""
     beats_shorter: bool
     """Monotonicity flag: confidently above while a shorter length of the task is confidently below."""
+    near_threshold: bool = False
+    """Decided, but the threshold lies within the full sweep's own sampling noise of the score (see
+    `near_threshold`): a full sweep with other instances could decide the other way."""
 
 
 def assess(cells: Mapping[tuple[str, int], Sequence[float]], settings: Settings, *,
@@ -239,22 +258,27 @@ def assess(cells: Mapping[tuple[str, int], Sequence[float]], settings: Settings,
     `memo` (replays): a dict kept across calls whose cells only ever grow, so a cell seen with the same count
     is not recomputed.
     """
-    base: dict[tuple[str, int], tuple[int, float | None, float, float, str]] = {}
+    lengths_of: dict[str, int] = {}
+    for task, _ in cells:
+        lengths_of[task] = lengths_of.get(task, 0) + 1
+    base: dict[tuple[str, int], tuple[int, float | None, float, float, str, bool]] = {}
     for key, values in cells.items():
         values = np.asarray(values, dtype=np.float64)
         if memo is not None and (key, len(values)) in memo:
             base[key] = memo[(key, len(values))]
             continue
+        alpha = settings.cell_alpha(lengths_of[key[0]])
         population = settings.population(key[1])
         if population is not None and len(values) == population:  # every instance drawn: the score is known
             low = high = float(values.mean())
             decision = ABOVE if low > settings.threshold else BELOW  # RULER: a length counts when it exceeds it
         else:
-            low, high = (interval(values, alpha=settings.alpha, population=population) if settings.intervals
+            low, high = (interval(values, alpha=alpha, population=population) if settings.intervals
                          else (math.nan, math.nan))
-            decision = {1: ABOVE, -1: BELOW, 0: UNDECIDED}[side(values, settings.threshold, alpha=settings.alpha,
+            decision = {1: ABOVE, -1: BELOW, 0: UNDECIDED}[side(values, settings.threshold, alpha=alpha,
                                                                 population=population)]
-        base[key] = (len(values), float(values.mean()) if len(values) else None, low, high, decision)
+        near = decision in (ABOVE, BELOW) and near_threshold([values], settings.cap_for(key[1]), settings)
+        base[key] = (len(values), float(values.mean()) if len(values) else None, low, high, decision, near)
         if memo is not None:
             memo[(key, len(values))] = base[key]
     out = []
@@ -263,7 +287,7 @@ def assess(cells: Mapping[tuple[str, int], Sequence[float]], settings: Settings,
         failed = [n for n in lengths if base[(task, n)][4] == BELOW]
         first_failed = failed[0] if failed else None
         for length in lengths:
-            n, mean, low, high, decision = base[(task, length)]
+            n, mean, low, high, decision, near = base[(task, length)]
             cap = settings.cap_for(length)
             confirmation = first_failed is not None and length > first_failed
             if (confirmation and decision == UNDECIDED and n >= settings.confirm and mean is not None
@@ -274,7 +298,8 @@ def assess(cells: Mapping[tuple[str, int], Sequence[float]], settings: Settings,
                 task=task, length=length, n=n, mean=mean, low=low, high=high, decision=decision,
                 stopped=decided or decision == PRESUMED_BELOW or n >= cap,
                 early=decided and n < cap, confirmation=confirmation,
-                beats_shorter=decision == ABOVE and first_failed is not None and length > first_failed))
+                beats_shorter=decision == ABOVE and first_failed is not None and length > first_failed,
+                near_threshold=near))
     return out
 
 
@@ -290,10 +315,14 @@ class EffectiveLength:
 
     `low`: the largest length confidently above (0: none); `high`: the largest length not (presumed) below
     (0: none). `value` is set only when they agree; otherwise the effective length is undecided.
+    `noise_low`/`noise_high`: the same with the decisions within the full sweep's own sampling noise of the
+    threshold (CellState.near_threshold) left open: the range a full sweep with other instances could land in.
     """
 
     low: int
     high: int
+    noise_low: int = 0
+    noise_high: int = 0
 
     @property
     def decided(self) -> bool:
@@ -303,12 +332,22 @@ class EffectiveLength:
     def value(self) -> int | None:
         return self.low if self.decided else None
 
+    @property
+    def near_threshold(self) -> bool:
+        """Decided, but a near-threshold decision could move it."""
+        return self.decided and not self.noise_low == self.low == self.noise_high
 
-def effective_length(decisions: Mapping[int, str]) -> EffectiveLength:
-    """From the decisions per length of one task (or group)."""
-    above = [n for n, d in decisions.items() if d == ABOVE]
-    open_ = [n for n, d in decisions.items() if d not in (BELOW, PRESUMED_BELOW)]
-    return EffectiveLength(low=max(above, default=0), high=max(open_, default=0))
+
+def effective_length(decisions: Mapping[int, str], near: Collection[int] = ()) -> EffectiveLength:
+    """From the decisions per length of one task (or group); `near`: the lengths decided near the threshold."""
+    def edges(d: Mapping[int, str]) -> tuple[int, int]:
+        above = [n for n, x in d.items() if x == ABOVE]
+        open_ = [n for n, x in d.items() if x not in (BELOW, PRESUMED_BELOW)]
+        return max(above, default=0), max(open_, default=0)
+
+    low, high = edges(decisions)
+    noise = edges({n: UNDECIDED if n in near else x for n, x in decisions.items()})
+    return EffectiveLength(low=low, high=high, noise_low=noise[0], noise_high=noise[1])
 
 
 @dataclass(frozen=True)
@@ -323,22 +362,47 @@ class GroupLength:
 def group_effective_length(cells: Mapping[tuple[str, int], Sequence[float]], states: Sequence[CellState],
                            settings: Settings) -> tuple[list[GroupLength], EffectiveLength]:
     """A group's score per length (the mean of its tasks, as RULER's length score) with an interval, and its
-    effective length. Each group bound averages the member cells' bounds on its side, each at alpha / (cells in
-    the group), so it holds with probability >= 1 - alpha (the group's decision is wrong with probability
-    <= alpha). A length where a member cell was presumed below is presumed below."""
+    effective length. Each group bound averages the member cells' bounds on its side, each at alpha / (tasks in
+    the group), and alpha split over the lengths as for a task (Settings.per_task), so the group's effective
+    length is right with probability >= 1 - alpha. A length where a member cell was presumed below is presumed
+    below. `near_threshold` flags the group's score per length as for a cell."""
     tasks = sorted({t for t, _ in cells})
     presumed = {s.length for s in states if s.decision == PRESUMED_BELOW and s.task in tasks}
-    rows = []
-    for length in sorted({n for _, n in cells}):
+    lengths = sorted({n for _, n in cells})
+    alpha = settings.cell_alpha(len(lengths)) / len(tasks)
+    rows, near = [], set()
+    for length in lengths:
         members = [np.asarray(cells.get((t, length), ()), dtype=np.float64) for t in tasks]
-        alpha = settings.alpha / len(tasks)
-        bounds = [interval(m, alpha=alpha, population=settings.population(length)) for m in members]
-        low = float(np.mean([b[0] for b in bounds]))
-        high = float(np.mean([b[1] for b in bounds]))
+        low, high = _mean_interval(members, alpha=alpha, population=settings.population(length))
         means = [float(m.mean()) for m in members if len(m)]
         mean = float(np.mean(means)) if len(means) == len(members) else None
-        decision = ABOVE if low > settings.threshold else BELOW if high < settings.threshold else UNDECIDED
+        decision = _decide(low, high, settings.threshold)
         if decision == UNDECIDED and length in presumed:
             decision = PRESUMED_BELOW
+        if decision in (ABOVE, BELOW) and near_threshold(members, settings.cap_for(length), settings):
+            near.add(length)
         rows.append(GroupLength(length=length, mean=mean, low=low, high=high, decision=decision))
-    return rows, effective_length({r.length: r.decision for r in rows})
+    return rows, effective_length({r.length: r.decision for r in rows}, near)
+
+
+def near_threshold(members: Sequence[np.ndarray], full: int, settings: Settings) -> bool:
+    """Whether the threshold lies within the full sweep's own sampling noise of this score (one cell, or the mean
+    of a group's cells): inside the fixed-n, two-sided 1 - alpha normal interval of a mean over `full` instances
+    per cell, with the spread estimated from the scores so far. A full sweep with other instances (another seed)
+    could then land on the other side. A cell decided early is rarely near: its anytime bound cleared with fewer
+    instances, which takes a mean further away."""
+    if any(len(m) == 0 for m in members):
+        return False
+    mean = float(np.mean([m.mean() for m in members]))
+    spread = math.sqrt(sum(float(m.var(ddof=1)) if len(m) > 1 else 0.25 for m in members) / full) / len(members)
+    return abs(mean - settings.threshold) <= NormalDist().inv_cdf(1 - settings.alpha / 2) * spread
+
+
+def _mean_interval(members: Sequence[np.ndarray], *, alpha: float, population: int | None) -> tuple[float, float]:
+    bounds = [(float(m.mean()),) * 2 if population is not None and len(m) == population  # the score is known
+              else interval(m, alpha=alpha, population=population) for m in members]
+    return float(np.mean([b[0] for b in bounds])), float(np.mean([b[1] for b in bounds]))
+
+
+def _decide(low: float, high: float, threshold: float) -> str:
+    return ABOVE if low > threshold else BELOW if high < threshold else UNDECIDED

@@ -183,11 +183,12 @@ CELL_SCHEMA = pa.schema([
     ("task", pa.string()), ("target_length", pa.int64()), ("skill_group", pa.string()), ("instances", pa.int64()),
     ("cap", pa.int64()), ("decision", pa.string()), ("decided_early", pa.bool_()), ("stopped_by", pa.string()),
     ("score", pa.float64()), ("ci_low", pa.float64()), ("ci_high", pa.float64()), ("beats_shorter", pa.bool_()),
-    ("tokens", pa.int64()), ("full_tokens_est", pa.int64()), ("gpu_hours", pa.float64()),
-    ("full_gpu_hours_est", pa.float64())])
+    ("near_threshold", pa.bool_()), ("tokens", pa.int64()), ("full_tokens_est", pa.int64()),
+    ("gpu_hours", pa.float64()), ("full_gpu_hours_est", pa.float64())])
 LENGTH_SCHEMA = pa.schema([
     ("scope", pa.string()), ("name", pa.string()), ("effective_length", pa.int64()),
-    ("effective_length_low", pa.int64()), ("effective_length_high", pa.int64()), ("decided", pa.bool_())])
+    ("effective_length_low", pa.int64()), ("effective_length_high", pa.int64()), ("decided", pa.bool_()),
+    ("near_threshold", pa.bool_()), ("noise_low", pa.int64()), ("noise_high", pa.int64())])
 
 
 def _stopped_by(s: CellState, cap: int) -> str:
@@ -217,12 +218,14 @@ def adaptive_tables(cfg: Config, root: RunRoot, scores: pa.Table | None = None) 
                      "instances": s.n, "cap": caps[s.length], "decision": s.decision, "decided_early": s.early,
                      "stopped_by": _stopped_by(s, caps[s.length]),
                      "score": None if s.mean is None else 100 * s.mean, "ci_low": 100 * s.low,
-                     "ci_high": 100 * s.high, "beats_shorter": s.beats_shorter, "tokens": int(spent),
+                     "ci_high": 100 * s.high, "beats_shorter": s.beats_shorter,
+                     "near_threshold": s.near_threshold, "tokens": int(spent),
                      "full_tokens_est": int(round(per * caps[s.length])), "gpu_hours": cell_hours,
                      "full_gpu_hours_est": None if cell_hours is None else cell_hours / s.n * caps[s.length]})
     lengths = []
     for task in sorted({s.task for s in states}):
-        eff = effective_length({s.length: s.decision for s in states if s.task == task})
+        mine = [s for s in states if s.task == task]
+        eff = effective_length({s.length: s.decision for s in mine}, {s.length for s in mine if s.near_threshold})
         lengths.append(_length_row("task", task, eff))
     groups: dict[str, list[str]] = {}
     for task in sorted({s.task for s in states}):
@@ -254,7 +257,8 @@ def adaptive_tables(cfg: Config, root: RunRoot, scores: pa.Table | None = None) 
 def _length_row(scope: str, name: str, eff) -> dict:
     return {"scope": scope, "name": name, "effective_length": eff.value or None if eff.decided else None,
             "effective_length_low": eff.low or None, "effective_length_high": eff.high or None,
-            "decided": eff.decided}
+            "decided": eff.decided, "near_threshold": eff.near_threshold, "noise_low": eff.noise_low or None,
+            "noise_high": eff.noise_high or None}
 
 
 def write_adaptive(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> dict[str, pa.Table | dict]:

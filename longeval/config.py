@@ -161,8 +161,9 @@ class SuiteConfig:
     """Run in rounds and stop sampling a (task, length) cell once its anytime-valid interval lies wholly above or
     below `effective_threshold`, or at `samples` (docs/adaptive.md). Off: the full sweep."""
     adaptive_confidence: float = 0.95
-    """Confidence of each of a cell's two anytime-valid bounds, so of each decision (valid however often they are
-    checked; docs/adaptive.md)."""
+    """Confidence that each task's effective length is the full sweep's: split over the task's lengths, it is
+    the confidence of each cell's decision times the lengths (valid however often the bounds are checked;
+    docs/adaptive.md)."""
     adaptive_round: int = 1
     """Shards (of `shard_size` instances) each undecided cell gets per adaptive round."""
     shuffle: bool | None = None

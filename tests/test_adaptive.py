@@ -20,6 +20,7 @@ from longeval.adaptive import (
     effective_length,
     group_effective_length,
     interval,
+    near_threshold,
     next_round,
     side,
 )
@@ -88,6 +89,45 @@ def test_a_stratified_cell_needs_its_instances_in_a_random_order():
         wrong_shuffled.append(shuffled == -truth)
     assert np.mean(wrong_in_index_order) > 4 * ALPHA
     assert np.mean(wrong_shuffled) <= ALPHA
+
+
+def test_splitting_alpha_over_a_tasks_lengths_keeps_its_effective_length_right():
+    """The plateau case: six lengths whose full-sweep scores sit on the threshold (every `above` is wrong, since a
+    length counts only above it). Per cell, each is decided above in up to alpha of the runs and the task's
+    effective length is wrong far more often; split over the lengths (the default), at most alpha."""
+    rng = np.random.default_rng(12)
+    population = np.r_[np.ones(172), np.zeros(28)]  # 0.86 of 200: on the threshold
+    threshold, lengths, runs = 0.86, 6, 400
+    rounds = np.arange(9, 199, 10)  # checked after each round of 10, before the cap decides exactly
+
+    def wrong_runs(alpha: float) -> float:
+        any_wrong = np.zeros(runs, dtype=bool)
+        for _ in range(lengths):
+            orders = np.stack([population[rng.permutation(200)] for _ in range(runs)])
+            any_wrong |= crossed(orders, threshold, alpha=alpha, side=UP, population=200)[:, rounds].any(axis=1)
+        return float(any_wrong.mean())
+
+    split = Settings(threshold=threshold, alpha=ALPHA).cell_alpha(lengths)
+    assert split == ALPHA / lengths
+    assert Settings(threshold=threshold, alpha=ALPHA, per_task=False).cell_alpha(lengths) == ALPHA
+    per_cell, per_task = wrong_runs(ALPHA), wrong_runs(split)
+    assert per_task <= ALPHA < per_cell
+
+
+def test_cells_within_the_full_sweeps_noise_are_flagged_near_the_threshold():
+    rng = np.random.default_rng(13)
+    on_it = (rng.random(500) < 0.86).astype(float)
+    states = {s.length: s for s in assess({("t/x", 1): np.ones(60), ("t/x", 2): on_it,
+                                           ("t/x", 4): np.zeros(40)}, S)}
+    assert states[2].decision in (ABOVE, BELOW) and states[2].near_threshold  # at the cap, decided by its score
+    assert not states[1].near_threshold and not states[4].near_threshold  # decided early, far away
+    # the full sweep's noise: 0.86 is 0.4 points from 0.856, a 500-instance mean's 95 % band is about 3 points
+    assert near_threshold([on_it], 500, S) and not near_threshold([on_it], 10**6, S)
+    assert near_threshold([np.ones(10), on_it], 500, replace(S, threshold=0.93))  # a group: the mean of means
+    eff = effective_length({s.length: s.decision for s in states.values()},
+                           {s.length for s in states.values() if s.near_threshold})
+    assert eff.decided and eff.near_threshold and (eff.noise_low, eff.noise_high) == (1, 2)
+    assert not effective_length({1: ABOVE, 2: BELOW}).near_threshold
 
 
 def test_a_fixed_n_interval_checked_every_time_would_not_hold():

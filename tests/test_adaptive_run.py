@@ -102,10 +102,15 @@ def test_terminal_view_shows_decisions_intervals_and_compute():
         {**base, "task": "ruler/niah_single_1", "target_length": 4096, "instances": 50, "decision": "above",
          "decided_early": True, "beats_shorter": False},
         {**base, "task": "ruler/niah_single_1", "target_length": 8192, "instances": 500, "decision": "undecided",
-         "decided_early": False, "beats_shorter": False}], schema=CELL_SCHEMA)
+         "decided_early": False, "beats_shorter": False},
+        {**base, "task": "ruler/vt", "target_length": 4096, "instances": 500, "decision": "above",
+         "decided_early": False, "beats_shorter": False, "near_threshold": True}], schema=CELL_SCHEMA)
     lengths = pa.Table.from_pylist([
         {"scope": "task", "name": "ruler/niah_single_1", "effective_length": None, "effective_length_low": 4096,
-         "effective_length_high": 8192, "decided": False}], schema=LENGTH_SCHEMA)
+         "effective_length_high": 8192, "decided": False},
+        {"scope": "task", "name": "ruler/vt", "effective_length": 4096, "effective_length_low": 4096,
+         "effective_length_high": 4096, "decided": True, "near_threshold": True, "noise_low": None,
+         "noise_high": 4096}], schema=LENGTH_SCHEMA)
     compute = {"instances": 550, "full_instances": 1000, "tokens": 2000, "full_tokens_est": 40000,
                "token_share": 0.05, "cells": 2, "decided_early": 1, "confidence": 0.95}
     from longeval.tracking import summary_metrics
@@ -115,12 +120,14 @@ def test_terminal_view_shows_decisions_intervals_and_compute():
     metrics = summary_metrics({"tasks": tasks, "adaptive": cells, "adaptive_lengths": lengths.replace_schema_metadata(
         None)})
     assert metrics["adaptive/token_share"] == 0.05
-    assert not any(k.startswith("adaptive/effective_length") for k in metrics)  # undecided: not logged as a number
+    logged = [k for k in metrics if k.startswith("adaptive/effective_length")]
+    assert len(logged) == 1 and metrics[logged[0]] == 4096 and "vt" in logged[0]  # undecided: not logged
     console = Console(record=True, width=200)
     console.print(render_adaptive(cells, lengths, compute))
     text = console.export_text()
     assert "above 50*" in text and "open 500" in text
     assert "undecided, between 4K and 8K" in text and "(5.0 %)" in text
+    assert "above 500~" in text and "ruler/vt: 4K, near the threshold (a full sweep could give none to 4K)" in text
 
 
 @pytest.mark.engine

@@ -9,20 +9,21 @@ from rich.text import Text
 
 from longeval.report.table import format_length
 
-__all__ = ["render_adaptive"]
+__all__ = ["effective_length_text", "render_adaptive"]
 
 _MARK = {"above": "[green]above[/]", "below": "[red]below[/]", "undecided": "[yellow]open[/]",
          "presumed_below": "[magenta]below?[/]"}
 
 
 def render_adaptive(cells: pa.Table, lengths: pa.Table, compute: dict) -> Group:
-    """Per task x length: decision and instances spent (`*` decided early, `!` above a failed shorter length);
+    """Per task x length: decision and instances spent (`*` decided early, `~` near the threshold, `!` above a
+    failed shorter length);
     then the effective length per task and skill group with its interval, and the compute against the full sweep.
     `below?`: stopped by the confirmation rule without a decision."""
     rows = cells.to_pylist()
     all_lengths = sorted({r["target_length"] for r in rows})
-    table = Table(title="adaptive run: decision / instances per cell (* decided early, ! beats a failed shorter "
-                        "length)")
+    table = Table(title="adaptive run: decision / instances per cell (* decided early, ~ near the threshold, "
+                        "! beats a failed shorter length)")
     table.add_column("task")
     for n in all_lengths:
         table.add_column(format_length(n), justify="right")
@@ -32,15 +33,7 @@ def render_adaptive(cells: pa.Table, lengths: pa.Table, compute: dict) -> Group:
     for task, cells_of in sorted(by_task.items()):
         table.add_row(task.split("/")[-1], *[
             _cell(cells_of[n]) if n in cells_of else "–" for n in all_lengths])
-    lines = []
-    for r in lengths.to_pylist():
-        if r["decided"]:
-            value = format_length(r["effective_length"]) if r["effective_length"] else "none passes"
-        else:
-            low = format_length(r["effective_length_low"]) if r["effective_length_low"] else "none"
-            high = format_length(r["effective_length_high"]) if r["effective_length_high"] else "none"
-            value = f"undecided, between {low} and {high}"
-        lines.append(f"{r['scope']} {r['name']}: {value}")
+    lines = [f"{r['scope']} {r['name']}: {effective_length_text(r)}" for r in lengths.to_pylist()]
     share = compute.get("token_share")
     spent = (f"{compute['instances']:,}/{compute['full_instances']:,} instances, {compute['tokens']:,} tokens of "
              f"~{compute['full_tokens_est']:,} for the full sweep"
@@ -52,6 +45,22 @@ def render_adaptive(cells: pa.Table, lengths: pa.Table, compute: dict) -> Group:
     return Group(table, Text("effective length: " + " · ".join(lines)), Text("compute: " + spent))
 
 
+def effective_length_text(r: dict) -> str:
+    """One `adaptive_lengths` row in words: the length, the range it is undecided in, or the range a full sweep
+    with other instances could land in when a near-threshold decision could move it."""
+    def length(n: int | None) -> str:
+        return format_length(n) if n else "none"
+
+    if not r["decided"]:
+        return f"undecided, between {length(r['effective_length_low'])} and {length(r['effective_length_high'])}"
+    value = format_length(r["effective_length"]) if r["effective_length"] else "none passes"
+    if r.get("near_threshold"):  # absent in roots written before the flag
+        return f"{value}, near the threshold (a full sweep could give {length(r['noise_low'])} to " \
+               f"{length(r['noise_high'])})"
+    return value
+
+
 def _cell(r: dict) -> str:
-    flag = ("*" if r["decided_early"] else "") + ("!" if r["beats_shorter"] else "")
+    flag = ("*" if r["decided_early"] else "") + ("~" if r.get("near_threshold") else "") \
+        + ("!" if r["beats_shorter"] else "")
     return f"{_MARK.get(r['decision'], r['decision'])} {r['instances']}{flag}"

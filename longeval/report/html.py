@@ -30,6 +30,7 @@ from longeval import __version__
 from longeval.compare import OVERALL, Comparison, compare_scores
 from longeval.errors import ConfigError, LongevalError
 from longeval.report import plots
+from longeval.report.adaptive import effective_length_text
 from longeval.report.runs import (
     RunData,
     family_rows,
@@ -543,9 +544,8 @@ def adaptive_section(runs: Sequence[RunData]) -> Section | None:
             continue
         for r in run.tables["adaptive_lengths"].to_pylist():
             low, high = r["effective_length_low"], r["effective_length_high"]
-            value = (_length(r["effective_length"]) if r["effective_length"] else "none passes") if r["decided"] \
-                else "undecided"
-            rows.append(Row([_text(run.label), _text(r["scope"]), _text(r["name"]), Cell(value, cls="num"),
+            rows.append(Row([_text(run.label), _text(r["scope"]), _text(r["name"]),
+                             Cell(effective_length_text(r), cls="num"),
                              Cell(f"{_length(low) if low else 'none'} – {_length(high) if high else 'none'}",
                                   cls="num")]))
     return Section("adaptive", "Adaptive runs", intro=(
