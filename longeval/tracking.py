@@ -235,7 +235,7 @@ def summary_metrics(tables: Mapping[str, pa.Table]) -> dict[str, float]:
     for metric in COUNT_METRICS[1:]:
         out[count_key(metric)] = int(pc.sum(tasks[metric]).as_py() or 0) if metric in tasks.column_names else 0
     for row in tables["adaptive_lengths"].to_pylist() if "adaptive_lengths" in tables else []:
-        if row["decided"]:  # suite.adaptive: decided effective lengths only (0: none passes)
+        if row["decided"] and not row.get("near_threshold"):  # suite.adaptive: firm ones only (0: none passes)
             out[f"adaptive/effective_length/{row['scope']}/{slug(row['name'])}"] = row["effective_length"] or 0
     if "adaptive" in tables and tables["adaptive"].num_rows:
         cells = tables["adaptive"]

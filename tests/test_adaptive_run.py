@@ -110,6 +110,9 @@ def test_terminal_view_shows_decisions_intervals_and_compute():
          "effective_length_high": 8192, "decided": False},
         {"scope": "task", "name": "ruler/vt", "effective_length": 4096, "effective_length_low": 4096,
          "effective_length_high": 4096, "decided": True, "near_threshold": True, "noise_low": None,
+         "noise_high": 4096},
+        {"scope": "group", "name": "all", "effective_length": 4096, "effective_length_low": 4096,
+         "effective_length_high": 4096, "decided": True, "near_threshold": False, "noise_low": 4096,
          "noise_high": 4096}], schema=LENGTH_SCHEMA)
     compute = {"instances": 550, "full_instances": 1000, "tokens": 2000, "full_tokens_est": 40000,
                "token_share": 0.05, "cells": 2, "decided_early": 1, "confidence": 0.95}
@@ -121,13 +124,16 @@ def test_terminal_view_shows_decisions_intervals_and_compute():
         None)})
     assert metrics["adaptive/token_share"] == 0.05
     logged = [k for k in metrics if k.startswith("adaptive/effective_length")]
-    assert len(logged) == 1 and metrics[logged[0]] == 4096 and "vt" in logged[0]  # undecided: not logged
+    assert logged == ["adaptive/effective_length/group/all"]  # undecided or near the threshold: not as a number
+    assert metrics["adaptive/effective_length/group/all"] == 4096
     console = Console(record=True, width=200)
     console.print(render_adaptive(cells, lengths, compute))
     text = console.export_text()
     assert "above 50*" in text and "open 500" in text
     assert "undecided, between 4K and 8K" in text and "(5.0 %)" in text
-    assert "above 500~" in text and "ruler/vt: 4K, near the threshold (a full sweep could give none to 4K)" in text
+    assert "above 500~" in text and "group all: 4K" in text
+    assert "ruler/vt: undecided near the threshold: a full sweep could give none to 4K (these instances give " \
+        "4K)" in text
 
 
 @pytest.mark.engine

@@ -46,8 +46,9 @@ def render_adaptive(cells: pa.Table, lengths: pa.Table, compute: dict) -> Group:
 
 
 def effective_length_text(r: dict) -> str:
-    """One `adaptive_lengths` row in words: the length, the range it is undecided in, or the range a full sweep
-    with other instances could land in when a near-threshold decision could move it."""
+    """One `adaptive_lengths` row in words: the length, or the range it is undecided in. Near the threshold the
+    row's decisions give a length, but a full sweep with other instances could give another: it is called
+    undecided, with that range, rather than passed off as the answer."""
     def length(n: int | None) -> str:
         return format_length(n) if n else "none"
 
@@ -55,8 +56,8 @@ def effective_length_text(r: dict) -> str:
         return f"undecided, between {length(r['effective_length_low'])} and {length(r['effective_length_high'])}"
     value = format_length(r["effective_length"]) if r["effective_length"] else "none passes"
     if r.get("near_threshold"):  # absent in roots written before the flag
-        return f"{value}, near the threshold (a full sweep could give {length(r['noise_low'])} to " \
-               f"{length(r['noise_high'])})"
+        return f"undecided near the threshold: a full sweep could give {length(r['noise_low'])} to " \
+               f"{length(r['noise_high'])} (these instances give {value})"
     return value
 
 
