@@ -48,7 +48,7 @@ run: setup
 
 test: setup system
 	$(VENV)/bin/ruff check longeval tests benchmarks jobs
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) benchmarks/generation.py
