@@ -270,7 +270,7 @@ def in_plan(cfg: Config, instances: pa.Table) -> pa.Table:
     """Only the instances the current config plans: a run root reused with fewer tasks, lengths or samples keeps
     the other rows on disk, but they never reach the scores or the summaries."""
     plan = make_plan(cfg, check_data=False)
-    keys = {(s.task, s.target_length, s.seed, i) for s in plan.shards for i in range(s.start, s.stop)}
+    keys = {(s.task, s.target_length, s.seed, i) for s in plan.shards for i in s.indices()}
     family_task = [f"{f}/{t}" for f, t in zip(instances["family"].to_pylist(), instances["task"].to_pylist(),
                                                strict=True)]
     mask = [(ft, length, seed, index) in keys for ft, length, seed, index in zip(

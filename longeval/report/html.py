@@ -554,7 +554,8 @@ def adaptive_section(runs: Sequence[RunData]) -> Section | None:
         figure_block("adaptive-samples", plots.adaptive_samples(cells),
                      alt="Adaptive runs: instances spent per task and length as a share of the cap, per run",
                      caption="Shade: instances spent (% of the cap); ✓ above, ✗ below, ✗? presumed below by the "
-                             "confirmation rule, ? undecided."),
+                             "confirmation rule, ? undecided; ~ decided within the full sweep's own noise of the "
+                             "threshold."),
         TableBlock(header=["run", "scope", "name", "effective length", "interval"], rows=rows,
                    caption="Effective length per task and skill group, with the range the intervals allow")
         if rows else None))

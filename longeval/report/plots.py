@@ -404,7 +404,8 @@ _DECISION_MARK = {"above": "✓", "below": "✗", "undecided": "?", "presumed_be
 @_styled
 def adaptive_samples(series: Series) -> Figure | None:
     """Where an adaptive run's samples went: instances per task (rows) and length (columns) as a share of the
-    cap, one panel per run, with the cell's decision (✓ above, ✗ below, ✗? presumed below, ? open)."""
+    cap, one panel per run, with the cell's decision (✓ above, ✗ below, ✗? presumed below, ? open; ~ near the
+    threshold)."""
     panels = {label: table.to_pylist() for label, table in series.items() if table.num_rows}
     if not panels:
         return None
@@ -423,7 +424,8 @@ def adaptive_samples(series: Series) -> Figure | None:
         for r in rows:
             i, j = tasks.index(r["task"]), lengths.index(r["target_length"])
             grid[i][j] = 100 * r["instances"] / r["cap"] if r["cap"] else math.nan
-            marks[(i, j)] = f"{_DECISION_MARK.get(r['decision'], '')} {r['instances']}"
+            near = "~" if r.get("near_threshold") else ""  # absent in roots written before the flag
+            marks[(i, j)] = f"{_DECISION_MARK.get(r['decision'], '')}{near} {r['instances']}"
         image = ax.imshow(grid, cmap=cmap, vmin=0, vmax=100, aspect="auto")
         for (i, j), text in marks.items():
             ax.text(j, i, text, ha="center", va="center", fontsize=7,

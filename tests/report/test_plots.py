@@ -143,3 +143,16 @@ def test_figures_save_deterministically(save) -> None:
     else:
         assert first.startswith(b"\x89PNG")
 
+
+
+def test_adaptive_samples_mark_each_cells_decision_and_the_near_threshold_ones() -> None:
+    from longeval.adaptive_run import CELL_SCHEMA
+
+    base = {"skill_group": "retrieval", "cap": 500, "decided_early": False, "beats_shorter": False}
+    cells = pa.Table.from_pylist([
+        {**base, "task": "ruler/vt", "target_length": 4096, "instances": 20, "decision": "above"},
+        {**base, "task": "ruler/vt", "target_length": 8192, "instances": 500, "decision": "above",
+         "near_threshold": True}], schema=CELL_SCHEMA)
+    fig = plots.adaptive_samples({"run": cells})
+    texts = {t.get_text() for ax in fig.axes for t in ax.texts}
+    assert {"✓ 20", "✓~ 500"} <= texts
