@@ -17,9 +17,8 @@ _MARK = {"above": "[green]above[/]", "below": "[red]below[/]", "undecided": "[ye
 
 def render_adaptive(cells: pa.Table, lengths: pa.Table, compute: dict) -> Group:
     """Per task x length: decision and instances spent (`*` decided early, `~` near the threshold, `!` above a
-    failed shorter length);
-    then the effective length per task and skill group with its interval, and the compute against the full sweep.
-    `below?`: stopped by the confirmation rule without a decision."""
+    failed shorter length); then the effective length per task and skill group with its interval, and the compute
+    against the full sweep. `below?`: stopped by the confirmation rule without a decision."""
     rows = cells.to_pylist()
     all_lengths = sorted({r["target_length"] for r in rows})
     table = Table(title="adaptive run: decision / instances per cell (* decided early, ~ near the threshold, "

@@ -544,6 +544,8 @@ def adaptive_section(runs: Sequence[RunData]) -> Section | None:
             continue
         for r in run.tables["adaptive_lengths"].to_pylist():
             low, high = r["effective_length_low"], r["effective_length_high"]
+            if r.get("near_threshold"):  # the range a full sweep could give, as the text says
+                low, high = r["noise_low"], r["noise_high"]
             rows.append(Row([_text(run.label), _text(r["scope"]), _text(r["name"]),
                              Cell(effective_length_text(r), cls="num"),
                              Cell(f"{_length(low) if low else 'none'} – {_length(high) if high else 'none'}",

@@ -183,3 +183,24 @@ def test_a_runs_note_reaches_the_page() -> None:
     page = build_page([dataclasses.replace(run, notes=(note,))])
     assert "ran on the essay haystack" in html.unescape(page)
     assert "ran on the essay haystack" not in html.unescape(build_page([run]))
+
+
+def test_the_html_table_gives_a_near_threshold_length_the_range_a_full_sweep_could_give() -> None:
+    from longeval.adaptive_run import CELL_SCHEMA, LENGTH_SCHEMA
+    from longeval.report.html import adaptive_section
+    from longeval.report.runs import RunData
+
+    cells = pa.Table.from_pylist([{"task": "ruler/vt", "target_length": 4096, "instances": 500, "cap": 500,
+                                   "decision": "above", "decided_early": False, "beats_shorter": False,
+                                   "near_threshold": True}], schema=CELL_SCHEMA)
+    lengths = pa.Table.from_pylist([{"scope": "task", "name": "ruler/vt", "effective_length": 4096,
+                                     "effective_length_low": 4096, "effective_length_high": 4096, "decided": True,
+                                     "near_threshold": True, "noise_low": None, "noise_high": 4096}],
+                                   schema=LENGTH_SCHEMA)
+    run = RunData(uri="r", label="run", model="m", suite="ruler", claimed_length=None,
+                  tables={"adaptive": cells, "adaptive_lengths": lengths})
+    section = adaptive_section([run])
+    [table] = [b for b in section.blocks if hasattr(b, "rows")]
+    [row] = table.rows
+    texts = [c.text for c in row.cells]
+    assert any(t.startswith("undecided near the threshold") for t in texts) and "none – 4K" in texts
