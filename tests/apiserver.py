@@ -121,17 +121,20 @@ class RateLimiter:
                     if reject:
                         time.sleep(0.05)
                         payload = b'{"error": {"message": "rate limit reached", "type": "rate_limit"}}'
-                        self._reply(429, payload, {"Retry-After": proxy.retry_after})
-                        return
-                    request = urllib.request.Request(proxy.upstream + self.path.removeprefix("/v1"), data=body,
-                                                     headers={"Content-Type": "application/json"})
-                    with urllib.request.urlopen(request, timeout=120) as response:
-                        self._reply(response.status, response.read(), {})
-                    with proxy.lock:
-                        proxy.forwarded += 1
+                        status, headers = 429, {"Retry-After": proxy.retry_after}
+                    else:
+                        request = urllib.request.Request(proxy.upstream + self.path.removeprefix("/v1"), data=body,
+                                                         headers={"Content-Type": "application/json"})
+                        with urllib.request.urlopen(request, timeout=120) as response:
+                            status, payload, headers = response.status, response.read(), {}
+                        with proxy.lock:
+                            proxy.forwarded += 1
                 finally:
+                    # Out of flight before the client can read the answer, or its next request could overlap
+                    # this thread's bookkeeping and count as one too many in flight.
                     with proxy.lock:
                         proxy.in_flight -= 1
+                self._reply(status, payload, headers)
 
             def _reply(self, status: int, payload: bytes, headers: dict[str, str]) -> None:
                 self.send_response(status)
