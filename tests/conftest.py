@@ -70,6 +70,10 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(REPO / ".cache" / "torchind
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
+# pytest-xdist's workers start with COLUMNS=80 and LINES=24 set; a CLI run in a subprocess would take them
+# for a terminal's width and wrap its piped output, which a user's pipe never does.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 
 @pytest.fixture(scope="session")
@@ -86,3 +90,10 @@ def tiny_model_path(smollm2_path: Path) -> Path:
     from longeval.models import build_tiny_model
 
     return build_tiny_model()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with engine tests first. They are the long units of `make test`'s two workers (a whole file goes to
+    one worker), and a long one handed out last would keep one worker busy while the other idles."""
+    slow = {item.path for item in items if item.get_closest_marker("engine")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: the order within a file is kept

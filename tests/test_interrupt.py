@@ -29,7 +29,7 @@ def test_a_swallowed_sigint_is_still_seen():
     interrupt.check()  # outside the block the flag is gone: later work in this process is not interrupted
 
 
-@pytest.mark.parametrize("stage", ["instances", "predictions"])
+@pytest.mark.parametrize("stage", ["instances", pytest.param("predictions", marks=pytest.mark.engine)])
 def test_ctrl_c_says_how_to_resume_and_exits_130(tmp_path, stage):
     argv = ["run", "model=tiny_random", "suite.tasks=[niah_single_2]", "suite.lengths=[4096]", "suite.samples=400",
             "suite.shard_size=1", "store.cache_instances=false", f"store.root={tmp_path}", "run_name=ctrlc"]
