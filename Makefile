@@ -58,5 +58,7 @@ bench: setup
 	$(PY) benchmarks/generation.py
 	$(PY) benchmarks/engine_throughput.py
 
+# The test suite's scratch (tests/conftest.py): under /tmp, one folder per user and checkout.
+SCRATCH := /tmp/longeval-tests-$(shell id -u)-$(shell printf '%s' '$(CURDIR)' | sha256sum | cut -c1-8)
 clean:
-	rm -rf runs .cache/tmp
+	rm -rf runs .cache/tmp $(SCRATCH)

@@ -6,6 +6,7 @@ both read them at import time.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -17,7 +18,10 @@ import pytest
 pytest_plugins = ("tests.s3server",)  # the SeaweedFS fixtures (`seaweedfs`, `s3_env`) for every test module
 
 REPO = Path(__file__).resolve().parents[1]
-_SCRATCH_PARENT = REPO / ".cache" / "tmp"
+# The scratch lives under /tmp, not in the checkout: the tests' servers and engines make Unix sockets in it
+# (vLLM's ZMQ sockets, SeaweedFS's, munge's), a socket's path must fit in 107 bytes, and a checkout may lie at
+# any depth. One parent per user and checkout, so the sessions of two clones stay apart.
+_SCRATCH_PARENT = Path("/tmp") / f"longeval-tests-{os.getuid()}-{hashlib.sha256(str(REPO).encode()).hexdigest()[:8]}"
 _OWNER_FILE = ".owner-pid"
 _STALE_AFTER_S = 3600
 

@@ -12,8 +12,10 @@ Why the flags below:
 - the admin worker dials `admin.port + 10000` whatever `-admin.port.grpc` says, so we pick an admin port
   whose +10000 neighbour is free and leave the gRPC port at its default;
 - telemetry (on by default, it would call out to seaweedfs.com), WebDAV, Iceberg and Lance are off;
-- its files stay in the server's folder (`-*.localSocket`, TMPDIR for glog files), except some gRPC
-  sockets that weed always puts in /tmp: `stop()` deletes those of our ports.
+- its files stay in the server's folder (TMPDIR for glog files), except its Unix sockets: the filer's and the
+  S3 gateway's (`-*.localSocket`) go to a short folder of their own under /tmp, since a socket path must fit in
+  107 bytes and the server's folder lies as deep as the checkout; and some gRPC sockets that weed always puts
+  in /tmp. `stop()` deletes both.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -52,6 +55,7 @@ class S3Server:
     stop_seconds: float = field(default=0.0, init=False)
     command: list[str] = field(default_factory=list)
     command_env: dict[str, str] = field(default_factory=dict, repr=False)
+    socket_dir: Path | None = None
 
     @property
     def log_path(self) -> Path:
@@ -117,6 +121,8 @@ class S3Server:
         for port in self.ports:
             for sock in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
                 sock.unlink(missing_ok=True)
+        if self.socket_dir is not None:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
 
 
 def find_weed() -> str | None:
@@ -181,6 +187,7 @@ def start_seaweedfs(workdir: Path, *, bucket: str = "longeval-test") -> S3Server
     master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = _free_ports(8)
     admin = _free_port_pair()
     access_key, secret_key = "test" + secrets.token_hex(6), secrets.token_hex(16)
+    sockets = Path(tempfile.mkdtemp(prefix="lev-s3-", dir="/tmp"))  # AF_UNIX paths stop at 107 bytes
     args = [
         weed,
         "mini",
@@ -201,8 +208,8 @@ def start_seaweedfs(workdir: Path, *, bucket: str = "longeval-test") -> S3Server
         f"-filer.port.grpc={filer_grpc}",
         f"-s3.port={s3}",
         f"-s3.port.grpc={s3_grpc}",
-        f"-filer.localSocket={workdir / 'filer.sock'}",
-        f"-s3.localSocket={workdir / 's3.sock'}",
+        f"-filer.localSocket={sockets / 'filer.sock'}",
+        f"-s3.localSocket={sockets / 's3.sock'}",
     ]
     env = {
         **os.environ,
@@ -226,6 +233,7 @@ def start_seaweedfs(workdir: Path, *, bucket: str = "longeval-test") -> S3Server
         ports=[master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc, admin, admin + 10000],
         command=args,
         command_env=env,
+        socket_dir=sockets,
     )
     try:
         _wait_ready(server, started + START_TIMEOUT_S)
