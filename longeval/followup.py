@@ -15,16 +15,18 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import defaultdict
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from longeval.config import Config
-from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, ErrorKind, Instance, Prediction, content_id
+from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, ErrorKind, Prediction, content_id
+from longeval.scoring.deadline import import_plugins
 from longeval.shards import ShardName
 from longeval.stages.generate import make_context
 from longeval.store import RunRoot
-from longeval.tasks import get_task
+from longeval.tasks import TASKS, get_task
 from longeval.tasks.base import make_instance
 
 PARENT_KEY = "parent_id"
@@ -45,20 +47,54 @@ def parents_with_followups(instances: pa.Table) -> set[str]:
     return found
 
 
+@dataclass(frozen=True)
+class FirstCall:
+    """What a first call's follow-up is built from: never its prompt or token ids, which are most of a shard."""
+
+    instance_id: str
+    family: str
+    task: str
+    target_length: int
+    seed: int
+    shard_index: int
+    index: int
+    meta: str
+
+
+PARENT_COLUMNS = [f.name for f in dataclasses.fields(FirstCall)]
+
+
+def two_call_shards(root: RunRoot) -> list[str]:
+    """The committed instance shards of tasks that declare a second call, found from shard names alone (a suite
+    without two-call tasks, RULER's say, costs one listing here, whatever its size)."""
+    names = []
+    for name in sorted(root.shard_names("instances")):
+        shard = ShardName.parse(name)
+        spec = TASKS.get(f"{shard.family}/{shard.task}")
+        if spec is not None and spec.followup is not None:
+            names.append(name)
+    return names
+
+
 def write_followups(cfg: Config, root: RunRoot, model_path: str) -> int:
     """Write the missing follow-up instances (and the failures of unsent first calls); returns how many."""
-    instances = root.read_stage("instances", INSTANCE_SCHEMA)
+    import_plugins(cfg.plugins)  # tasks a plugin registers decide what is two-call too
+    names = two_call_shards(root)
+    if not names:
+        return 0
+    instances = root.read_stage("instances", INSTANCE_SCHEMA, columns=PARENT_COLUMNS, names=names)
     marked = instances.filter(pc.match_substring(instances["meta"], f'"{FOLLOWUP_KEY}": true'))
     if marked.num_rows == 0:
         return 0
     done = set(instances["instance_id"].to_pylist())
-    preds = root.read_stage("predictions", PREDICTION_SCHEMA)
+    preds = root.read_stage("predictions", PREDICTION_SCHEMA, columns=["instance_id", "model_id", "output", "error"])
+    preds = preds.filter(pc.is_in(preds["instance_id"], value_set=marked["instance_id"]))
     final = {p["instance_id"]: p for p in preds.to_pylist() if ErrorKind.of(p["error"]) is not ErrorKind.ENGINE_ERROR}
     ctx = make_context(cfg, model_path)
     shards: dict[ShardName, list[dict]] = defaultdict(list)
     failed: list[dict] = []
     for row in marked.to_pylist():
-        parent = Instance.from_row(row)
+        parent = FirstCall(**row)
         child_id = followup_id(parent.instance_id)
         pred = final.get(parent.instance_id)
         if child_id in done or pred is None:
