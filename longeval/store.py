@@ -18,6 +18,8 @@ import hashlib
 import json
 import logging
 import uuid
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from pyarrow import fs as pafs
 
 from longeval.errors import DamagedShardError, StoreError
 from longeval.files import Location
+from longeval.shards import PART_PREFIX
 
 __all__ = ["LEGACY_STAGES", "RunRoot"]
 
@@ -36,6 +39,25 @@ _PARQUET = ".parquet"
 _MANIFEST = "_manifest"
 LEGACY_STAGES = ("instances", "predictions", "scores", "summary")
 """The stages a run root written before commit records may hold (`RunRoot.adopt_legacy`)."""
+
+
+READ_THREADS = 8
+"""Shards read at once by `read_stage`: S3 round trips overlap, and a local disk does not mind."""
+
+ROW_GROUP_BYTES = 4 << 20
+"""About this many bytes of a table per Parquet row group: a reader that wants a few rows of a shard of long
+prompts (an engine replica) reads their row groups, not the shard."""
+
+
+def rows_per_group(table: pa.Table) -> int:
+    """Rows per row group for `table`: about ROW_GROUP_BYTES each, at least one row."""
+    if table.num_rows == 0:
+        return 1
+    return max(1, min(table.num_rows, ROW_GROUP_BYTES * table.num_rows // max(1, table.nbytes)))
+
+
+class _Unreadable(Exception):
+    """A shard's bytes are there but are not its Parquet (kept apart from OSError, which the store retries)."""
 
 
 class RunRoot:
@@ -75,7 +97,8 @@ class RunRoot:
         # Serialise first, so a failure while encoding never reaches the store; the write is then one atomic
         # file rename or object upload, and the commit record after it publishes the shard.
         sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression="zstd")
+        pq.write_table(table, sink, compression="zstd", write_page_checksum=True,
+                       row_group_size=rows_per_group(table))
         data = sink.getvalue()
         self._loc.write_bytes(self._rel(stage, name + _PARQUET), data)
         record = {"rows": table.num_rows, "bytes": data.size, "sha256": hashlib.sha256(data).hexdigest()}
@@ -96,19 +119,22 @@ class RunRoot:
         return bad
 
     def read_stage(
-        self, stage: str, schema: pa.Schema | None = None, *, columns: list[str] | None = None
+        self, stage: str, schema: pa.Schema | None = None, *, columns: list[str] | None = None,
+        names: Iterable[str] | None = None,
     ) -> pa.Table:
-        """All finished shards of a stage, concatenated in sorted shard-name order.
+        """All finished shards of a stage (or those of `names`), concatenated in sorted shard-name order.
 
         With no shards, an empty table with `schema` (or with no columns when `schema` is None).
         `columns` reads only those columns (prompts are large; metadata reads should not pay for them).
+        Shards are read a few at a time: on S3 each costs a round trip or three.
         """
         if columns is not None and schema is not None:
             schema = pa.schema([schema.field(c) for c in columns])
-        names = sorted(self.shard_names(stage))
+        names = sorted(self.shard_names(stage) if names is None else names)
         if not names:
             return schema.empty_table() if schema is not None else pa.table({})
-        tables = [self.read_shard(stage, n, schema, columns=columns) for n in names]
+        with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(names))) as pool:
+            tables = list(pool.map(lambda n: self.read_shard(stage, n, schema, columns=columns), names))
         try:
             return pa.concat_tables(tables, promote_options="default" if schema is None else "none")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -119,12 +145,18 @@ class RunRoot:
 
     def read_shard(self, stage: str, name: str, schema: pa.Schema | None = None, *,
                    columns: list[str] | None = None) -> pa.Table:
-        """One finished shard of a stage (only `columns`, when given), checked against its commit record.
+        """One finished shard of a stage (only `columns`, when given), checked for damage.
+
+        A whole read checks the bytes against the commit record's sha256. A read of some columns fetches only
+        their pages (the footer says where they are) and Parquet's page checksums check what it reads: metadata
+        reads never pay for prompts and token ids, nor for hashing them.
 
         Raises:
             DamagedShardError: the bytes do not match the record's sha256 (a damaged disk, a hand edit, a
                 partial copy); the shard is set aside under `_damaged/` and uncommitted, so a rerun redoes it.
         """
+        if columns is not None:
+            return self._read_columns(stage, name, schema, columns)
         data = self.read_bytes(f"{stage}/{name}{_PARQUET}")
         record = self.commit_record(stage, name) if self.exists(self._commit_name(stage, name)) else None
         if record is not None and (len(data) != record["bytes"]
@@ -133,6 +165,37 @@ class RunRoot:
         try:
             return pq.read_table(pa.BufferReader(data), schema=schema, columns=columns)
         except (pa.ArrowInvalid, OSError) as exc:
+            raise self._set_aside(stage, name, f"it is not readable Parquet ({str(exc).splitlines()[0]})") from exc
+
+    def _read_columns(self, stage: str, name: str, schema: pa.Schema | None, columns: list[str]) -> pa.Table:
+        rel = self._rel(stage, name + _PARQUET)
+
+        def read() -> pa.Table:
+            try:
+                with self._loc.fs.open_input_file(self._loc.full(rel)) as f:
+                    return pq.read_table(f, schema=schema, columns=columns, page_checksum_verification=True,
+                                         pre_buffer=True)
+            except pa.ArrowInvalid as exc:
+                raise _Unreadable(f"it is not readable Parquet ({str(exc).splitlines()[0]})") from exc
+            except OSError as exc:
+                if "page integrity" in str(exc):  # Parquet's CRC of a page we read does not match its bytes
+                    raise _Unreadable("a page's checksum does not match its bytes") from exc
+                raise  # the store's own errors: retried when transient, then a StoreError
+
+        try:
+            return self._loc.call(f"read {self.path(stage, name + _PARQUET)}", read)
+        except _Unreadable as exc:
+            raise self._set_aside(stage, name, str(exc)) from exc
+
+    def open_shard(self, stage: str, name: str) -> pq.ParquetFile:
+        """A finished shard opened for reading parts of it (row groups, columns); pages are checked against
+        their checksums as they are read."""
+        rel = self._rel(stage, name + _PARQUET)
+        source = self._loc.open_input(rel)
+        try:
+            return pq.ParquetFile(source, page_checksum_verification=True, pre_buffer=True)
+        except pa.ArrowInvalid as exc:
+            source.close()
             raise self._set_aside(stage, name, f"it is not readable Parquet ({str(exc).splitlines()[0]})") from exc
 
     def _set_aside(self, stage: str, name: str, why: str) -> DamagedShardError:
@@ -150,9 +213,17 @@ class RunRoot:
     def write_part(self, stage: str, table: pa.Table, *, key: str = "instance_id") -> str:
         """Write a table of rows as a part named by the hash of its keys (the same rows, the same name)."""
         ids = "\n".join(sorted(str(v) for v in table[key].to_pylist()))
-        name = "part-" + hashlib.sha256(ids.encode("utf-8")).hexdigest()[:16]
+        name = PART_PREFIX + hashlib.sha256(ids.encode("utf-8")).hexdigest()[:16]
         self.write_table(stage, name, table)
         return name
+
+    def remove_shard(self, stage: str, name: str) -> None:
+        """Unpublish a shard, then delete its data: a crash in between leaves an uncommitted file, which no
+        reader sees."""
+        if self.exists(self._commit_name(stage, name)):
+            self._loc.delete(self._commit_name(stage, name))
+        if self.exists(f"{stage}/{name}{_PARQUET}"):
+            self._loc.delete(self._rel(stage, name + _PARQUET))
 
     def stage_files(self, stage: str) -> tuple[pafs.FileSystem, list[str]]:
         """The filesystem and full paths of a stage's finished shards, for `ray.data.read_parquet`."""

@@ -1,0 +1,110 @@
+"""Metadata reads never pay for prompts: a run root whose prompt columns are huge, read through every path that
+wants ids, lengths, errors or shard membership, reads a small fraction of its bytes (measured by the process's
+own read counter, /proc/self/io). And an engine replica reads only the row groups of the prompts it runs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from longeval.compact import compact_predictions
+from longeval.config import load_config
+from longeval.errors import DamagedShardError
+from longeval.followup import write_followups
+from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, Prediction
+from longeval.shards import ShardName
+from longeval.stages.infer import META_COLUMNS, PromptReader, pending_predictions
+from longeval.stages.score import scoring_input
+from longeval.stages.summarise import planned_ids, rows_with_meta, run_status
+from longeval.store import RunRoot
+
+TOKENS = 1_000_000  # per prompt: a 1M-token instance
+ROWS = 4
+SHARDS = [ShardName("ruler", "niah_single_1", 4096, 42, i) for i in range(2)]
+OVERRIDES = ["model=tiny_random", "suite.tasks=[niah_single_1]", "suite.lengths=[4096]", f"suite.samples={2 * ROWS}",
+             f"suite.shard_size={ROWS}"]
+
+
+def _rchar() -> int:
+    """Bytes this process has read through read(2)/pread(2) so far (page cache hits included)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/self/io")
+
+
+@pytest.fixture
+def huge(tmp_path: Path) -> tuple[RunRoot, int]:
+    """Two instance shards of four 1M-token prompts (random, so they do not compress) and their predictions."""
+    root = RunRoot(str(tmp_path / "run"))
+    rng = np.random.default_rng(0)
+    for shard in SHARDS:
+        rows = [{"instance_id": f"{shard.shard_index}-{i}", "family": shard.family, "task": shard.task,
+                 "context_id": f"{shard.shard_index}-{i}", "target_length": shard.target_length,
+                 "input_tokens": TOKENS, "max_new_tokens": 128, "seed": shard.seed, "shard_index": shard.shard_index,
+                 "index": shard.shard_index * ROWS + i, "prompt": rng.bytes(TOKENS).hex(),
+                 "prompt_token_ids": rng.integers(0, 50_000, TOKENS, dtype=np.int32), "references": ["1234567"],
+                 "meta": "{}", "metric": "string_match_all"} for i in range(ROWS)]
+        root.write_table("instances", shard.text, pa.Table.from_pylist(rows, schema=INSTANCE_SCHEMA))
+    preds = [Prediction(instance_id=f"{s.shard_index}-{i}", model_id="m", output="1234567", output_tokens=3,
+                        finish_reason="stop", cached_prompt_tokens=0, latency_s=0.1).to_row()
+             for s in SHARDS for i in range(ROWS)]
+    root.write_part("predictions", pa.Table.from_pylist(preds, schema=PREDICTION_SCHEMA))
+    size = sum(f.stat().st_size for f in (root.local_path() / "instances").iterdir())
+    assert size > 20e6
+    return root, size
+
+
+def test_every_metadata_path_reads_a_small_fraction_of_the_instances(huge, tiny_model_path) -> None:
+    root, size = huge
+    cfg = load_config([*OVERRIDES, f"store.root={root.local_path().parent}", "run_name=run"])
+    paths = {
+        "metadata columns": lambda: root.read_stage("instances", INSTANCE_SCHEMA, columns=META_COLUMNS),
+        "pending_predictions": lambda: pending_predictions(root),
+        "planned_ids": lambda: planned_ids(cfg, root),
+        "rows_with_meta": lambda: rows_with_meta(root, pa.table({"family": ["ruler"], "model_id": ["m"],
+                                                                 "instance_id": ["0-0"]}), "ruler"),
+        "run_status": lambda: run_status(cfg, root),
+        "scoring_input": lambda: scoring_input(cfg, root),
+        "write_followups (no two-call task)": lambda: write_followups(cfg, root, str(tiny_model_path)),
+        "compact_predictions": lambda: compact_predictions(root),
+    }
+    for name, read in paths.items():
+        before = _rchar()
+        read()
+        assert _rchar() - before < 0.02 * size, f"{name} read {_rchar() - before:,} of {size:,} bytes"
+
+
+def test_a_replica_reads_only_the_row_groups_of_its_prompts(huge) -> None:
+    root, size = huge
+    reader = PromptReader(root)
+    before = _rchar()
+    request = reader.request("1-2", SHARDS[1].prefix)
+    read = _rchar() - before
+    assert len(request.prompt_token_ids) == TOKENS and request.max_new_tokens == 128
+    assert read < 0.3 * size / len(SHARDS), f"read {read:,} bytes for one prompt of {ROWS * len(SHARDS)}"
+    # held: at most `groups` row groups, Arrow buffers
+    assert sum(t.nbytes for t in reader.groups.values()) <= reader.groups_max * 10 * TOKENS
+    reader.close()
+
+
+def test_a_damaged_page_in_a_column_read_sets_the_shard_aside(huge) -> None:
+    root, _ = huge
+    name = SHARDS[0].text
+    path = root.local_path() / "instances" / f"{name}.parquet"
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    column = meta.schema.to_arrow_schema().get_field_index("instance_id")
+    offset = meta.row_group(0).column(column).data_page_offset + 20
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    os.chmod(path, 0o644)
+    path.write_bytes(bytes(data))
+    with pytest.raises(DamagedShardError, match="checksum|Parquet"):
+        root.read_shard("instances", name, INSTANCE_SCHEMA, columns=["instance_id"])
+    assert name not in root.shard_names("instances")  # set aside: a rerun writes it again
