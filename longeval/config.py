@@ -199,6 +199,10 @@ class ClusterConfig:
     inflight: int | None = None
     """Prompts kept inside each vLLM engine at once, so its scheduler always has the next ones to batch;
     None: twice the engine's max_num_seqs."""
+    commit_interval_s: float = 30.0
+    """Longest a finished prediction waits in its replica before it is committed: a kill -9 loses at most this
+    much finished work (plus the prompts in flight and one write). Each commit is one small file; the infer
+    stage merges them into one file per instance shard when it ends or resumes. 0: commit at once."""
     engine_restarts: int = 2
     """How often a replica whose engine died is started again on its unfinished prompts; after that they are
     recorded as engine errors (a rerun retries them)."""
@@ -446,6 +450,9 @@ def _check(cfg: Config) -> None:
         if value is not None and value < 1:
             raise ConfigError(f"cluster.{key}={value}: expected an integer of at least 1; e.g. cluster.{key}="
                               f"{getattr(ClusterConfig, key) or 1}")
+    if cfg.cluster.commit_interval_s < 0:
+        raise ConfigError(f"cluster.commit_interval_s={cfg.cluster.commit_interval_s}: expected seconds >= 0, "
+                          "e.g. cluster.commit_interval_s=30 (0 commits every prediction at once)")
     if cfg.cluster.scorer_timeout_s <= 0:
         raise ConfigError(f"cluster.scorer_timeout_s={cfg.cluster.scorer_timeout_s}: expected seconds > 0, "
                           "e.g. cluster.scorer_timeout_s=30")

@@ -3,6 +3,10 @@
 A generated shard is `<family>.<task>.L<target_length>.s<seed>.<shard_index:05d>` (`plan.ShardSpec`); the
 follow-up instances of two-call tasks (`longeval.followup`) are written beside it as `<that name>f<tag>`, the tag
 a short content hash of their ids. Run roots hold these names, so the format never changes.
+
+The predictions stage holds parts (`part-<hash>`, one per commit of a replica's writer) until the infer stage
+merges them (`longeval.compact`) into one file per generated instance shard: `<its name>.p<tag>`, the tag a
+short content hash of its rows. Predictions of instances in no shard go to `orphans.p<tag>`.
 """
 
 from __future__ import annotations
@@ -11,6 +15,25 @@ import re
 from dataclasses import dataclass
 
 from longeval.errors import StoreError
+
+PART_PREFIX = "part-"
+"""Names of uncompacted prediction parts start with this (`RunRoot.write_part`)."""
+ORPHANS = "orphans"
+"""The compacted predictions of instances that no committed instance shard holds."""
+_COMPACTED = re.compile(r"(?P<prefix>.+)\.p(?P<tag>[0-9a-f]+)")
+
+
+def compacted_name(prefix: str, tag: str) -> str:
+    """The name of the compacted predictions of the instance shard `prefix` (or of `ORPHANS`)."""
+    return f"{prefix}.p{tag}"
+
+
+def compacted_prefix(name: str) -> str | None:
+    """The instance shard (or `ORPHANS`) a compacted predictions file belongs to; None for a part."""
+    if name.startswith(PART_PREFIX):
+        return None
+    match = _COMPACTED.fullmatch(name)
+    return match["prefix"] if match else None
 
 _NAME = re.compile(
     r"(?P<family>[^./]+)\.(?P<task>[^./]+)\.L(?P<target_length>\d+)\.s(?P<seed>-?\d+)"

@@ -150,7 +150,7 @@ def test_a_run_killed_mid_round_resumes_without_redoing_work_and_decides_the_sam
     from tests.cli_subprocess import REPO
 
     reference = run(_cfg(tmp_path / "whole")).adaptive["adaptive"]
-    argv = [*TINY, f"store.root={tmp_path / 'crash'}", "run_name=crash"]
+    argv = [*TINY, f"store.root={tmp_path / 'crash'}", "run_name=crash", "cluster.commit_interval_s=0"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     proc = subprocess.Popen([sys.executable, "-m", "longeval.cli", "run", *argv], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

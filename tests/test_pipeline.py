@@ -124,7 +124,7 @@ def test_smollm2_finds_a_single_needle(smollm2_run):
 def test_interrupted_run_resumes_to_the_same_summary(tmp_path, smollm2_run):
     """Kill a real `longeval run` once some predictions are written; the rerun completes it exactly."""
     cfg_full, full = smollm2_run
-    args = [*SMOL, f"store.root={tmp_path}", "run_name=interrupted"]
+    args = [*SMOL, f"store.root={tmp_path}", "run_name=interrupted", "cluster.commit_interval_s=0"]
     cmd = [sys.executable, "-m", "longeval.cli", "run", *args]
     proc = subprocess.Popen(cmd, env=dict(os.environ), start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)

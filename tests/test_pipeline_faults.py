@@ -32,7 +32,8 @@ from tests.s3server import S3Server
 pytestmark = pytest.mark.engine
 
 TINY = ["model=tiny_random", "suite.tasks=[niah_single_1,vt]", "suite.lengths=[1024,2048]", "suite.samples=4",
-        "suite.shard_size=2", "model.max_num_seqs=1"]
+        "suite.shard_size=2", "model.max_num_seqs=1",
+        "cluster.commit_interval_s=0"]  # every prediction committed at once: the tests kill runs between commits
 SAMPLES = 2 * 2 * 4
 TIMEOUT_S = 600
 

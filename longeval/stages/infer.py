@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from longeval import interrupt
+from longeval.compact import compact_predictions
 from longeval.config import Config
 from longeval.dispatch import Work, assign
 from longeval.engines.openai_compat import ApiPredictor
@@ -72,6 +73,7 @@ def infer(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None
     this call only (the follow-up calls reuse them).
     """
     plan.check_fits()  # a pool whose sequence fits on no GPU split fails here, not after an engine start
+    compact_predictions(root)  # a resumed run's parts: every read below then opens one file per shard
     own = engines is None
     engines = engines if engines is not None else Engines(cfg, root, model_path)
     try:
@@ -81,6 +83,7 @@ def infer(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None
     finally:
         if own:
             engines.close()
+    compact_predictions(root)
     return ran
 
 
@@ -177,14 +180,15 @@ class Replica:
         return self.info
 
     def progress(self) -> int:
-        """Rows the current (or last) `run` has committed."""
-        return self.writer.count if self.writer is not None else 0
+        """Rows the current (or last) `run` has finished (committed within `commit_interval_s`)."""
+        return self.writer.finished if self.writer is not None else 0
 
-    def run(self, work: list[tuple[str, str]], inflight: int | None = None) -> dict:
+    def run(self, work: list[tuple[str, str]], inflight: int | None = None, commit_interval_s: float = 30.0) -> dict:
         """Run `(instance_id, shard prefix)` pairs in this order; returns the engine's figures (its whole life's,
         with `runs`: an engine kept across adaptive rounds runs once per round)."""
         began = time.perf_counter()
-        self.writer = _Writer(self.root, extra={"model_id": self.model_id, "replica": self.name, "node": self.node})
+        self.writer = _Writer(self.root, extra={"model_id": self.model_id, "replica": self.name, "node": self.node},
+                              interval_s=commit_interval_s)
         try:
             for rows in self.engine.stream(self._requests(work), inflight=inflight):
                 self.writer.put(rows)
@@ -197,43 +201,91 @@ class Replica:
         return stats
 
     def _requests(self, work: list[tuple[str, str]]) -> Iterator:
-        """The token ids of each prompt, read shard by shard as the engine asks for them (a few shards cached)."""
-        by_prefix: dict[str, list[str]] = {}  # a generated shard's name -> it and its follow-up shards
-        for name in sorted(self.root.shard_names("instances")):
-            by_prefix.setdefault(ShardName.parse(name).prefix, []).append(name)
-        cache: OrderedDict[str, dict[str, tuple[list[int], int]]] = OrderedDict()
+        """The token ids of each prompt, read as the engine asks for them (`PromptReader`)."""
+        reader = PromptReader(self.root)
+        try:
+            for instance_id, prefix in work:
+                yield reader.request(instance_id, prefix)
+        finally:
+            reader.close()
 
-        def load(name: str) -> dict[str, tuple[list[int], int]]:
-            if name not in cache:
-                table = self.root.read_shard("instances", name,
-                                             columns=["instance_id", "prompt_token_ids", "max_new_tokens"])
-                cache[name] = dict(zip(table["instance_id"].to_pylist(),
-                                       zip(table["prompt_token_ids"].to_pylist(), table["max_new_tokens"].to_pylist(),
-                                           strict=True), strict=True))
-                if len(cache) > 32:
-                    cache.popitem(last=False)
-            cache.move_to_end(name)
-            return cache[name]
 
-        for instance_id, prefix in work:
-            found = next((hit for n in by_prefix.get(prefix, ()) if (hit := load(n).get(instance_id))), None)
-            if found is None:
-                raise LongevalError(f"instance {instance_id} is in no committed instance shard {prefix} (or its "
-                                    "follow-ups)")
-            yield Request(instance_id, [int(t) for t in found[0]], int(found[1]))
+class PromptReader:
+    """Reads a replica's prompts and nothing else: of each instance shard, its ids first, then only the row
+    groups that hold the prompts asked for (`store.ROW_GROUP_BYTES` each).
+
+    What it holds is bounded by `open_files` open shards and `groups` decoded row groups, Arrow buffers (about
+    4 bytes a token), whatever the pool's or the suite's size; a prompt becomes a Python list (about 30 bytes a
+    token) only when it is handed to the engine.
+    """
+
+    def __init__(self, root: RunRoot, *, open_files: int = 4, groups: int = 4) -> None:
+        self.root, self.open_files_max, self.groups_max = root, open_files, groups
+        self.by_prefix: dict[str, list[str]] = {}  # a generated shard's name -> it and its follow-up shards
+        for name in sorted(root.shard_names("instances")):
+            self.by_prefix.setdefault(ShardName.parse(name).prefix, []).append(name)
+        self.where: dict[str, dict[str, tuple[int, int]]] = {}  # shard -> instance id -> (row group, row in it)
+        self.files: OrderedDict[str, Any] = OrderedDict()
+        self.groups: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
+
+    def request(self, instance_id: str, prefix: str) -> Request:
+        for name in self.by_prefix.get(prefix, ()):
+            found = self._index(name).get(instance_id)
+            if found is not None:
+                group = self._group(name, found[0])
+                ids = group["prompt_token_ids"][found[1]].values.to_numpy(zero_copy_only=False).tolist()
+                return Request(instance_id, ids, int(group["max_new_tokens"][found[1]].as_py()))
+        raise LongevalError(f"instance {instance_id} is in no committed instance shard {prefix} (or its follow-ups)")
+
+    def _file(self, name: str) -> Any:
+        if name not in self.files:
+            self.files[name] = self.root.open_shard("instances", name)
+            if len(self.files) > self.open_files_max:
+                self.files.popitem(last=False)[1].close(force=True)
+        self.files.move_to_end(name)
+        return self.files[name]
+
+    def _index(self, name: str) -> dict[str, tuple[int, int]]:
+        if name not in self.where:
+            file = self._file(name)
+            ids = iter(file.read(columns=["instance_id"])["instance_id"].to_pylist())
+            self.where[name] = {next(ids): (g, row) for g in range(file.metadata.num_row_groups)
+                                for row in range(file.metadata.row_group(g).num_rows)}
+        return self.where[name]
+
+    def _group(self, name: str, g: int) -> pa.Table:
+        key = (name, g)
+        if key not in self.groups:
+            self.groups[key] = self._file(name).read_row_group(g, columns=["prompt_token_ids", "max_new_tokens"])
+            if len(self.groups) > self.groups_max:
+                self.groups.popitem(last=False)
+        self.groups.move_to_end(key)
+        return self.groups[key]
+
+    def close(self) -> None:
+        for file in self.files.values():
+            file.close(force=True)
+        self.files.clear()
+        self.groups.clear()
 
 
 class _Writer:
     """Commits finished predictions from a thread of its own, so the engine never waits on the store.
 
-    Whatever finished while the last write was in flight goes in the next one: small parts when the store is
-    fast, bigger ones when it is slow, never more than `max_wait_s` of finished rows unwritten.
+    Rows are gathered for up to `interval_s` after the first of them finished (or `max_rows` of them), then
+    committed as one part: a kill -9 loses at most that much finished work, and a long stage leaves one small
+    file per interval per replica, not one per row (the stage merges them at its end, `longeval.compact`).
     """
 
-    def __init__(self, root: RunRoot, *, extra: dict[str, str], max_wait_s: float = 2.0) -> None:
-        self.root, self.extra, self.max_wait_s = root, extra, max_wait_s
+    def __init__(self, root: RunRoot, *, extra: dict[str, str], interval_s: float = 30.0,
+                 max_rows: int = 1024) -> None:
+        self.root, self.extra, self.interval_s, self.max_rows = root, extra, interval_s, max_rows
         self.queue: queue.Queue[list[dict] | None] = queue.Queue()
         self.count = 0
+        """Rows committed."""
+        self.finished = 0
+        """Rows handed over by the engine (what a progress bar shows: commits come every `interval_s`)."""
+        self.parts = 0
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._loop, name="longeval-writer", daemon=True)
         self.thread.start()
@@ -241,6 +293,7 @@ class _Writer:
     def put(self, rows: list[dict]) -> None:
         if self.error is not None:
             raise LongevalError(f"writing predictions failed: {self.error}") from self.error
+        self.finished += len(rows)
         self.queue.put(rows)
 
     def close(self) -> int:
@@ -257,14 +310,13 @@ class _Writer:
             first = self.queue.get()
             if first is None:
                 return
-            rows, began = list(first), time.monotonic()
-            while time.monotonic() - began < self.max_wait_s:
-                try:
-                    more = self.queue.get(timeout=0.05)
+            rows, due = list(first), time.monotonic() + self.interval_s
+            while len(rows) < self.max_rows:
+                try:  # what is queued already goes in this part, even with no time left
+                    more = self.queue.get(timeout=max(0.0, due - time.monotonic())) if time.monotonic() < due \
+                        else self.queue.get_nowait()
                 except queue.Empty:
-                    if rows:
-                        break
-                    continue
+                    break
                 if more is None:
                     closing = True
                     break
@@ -273,6 +325,7 @@ class _Writer:
                 table = pa.Table.from_pylist([{**row, **self.extra} for row in rows], schema=PREDICTION_SCHEMA)
                 self.root.write_part("predictions", table)
                 self.count += len(rows)
+                self.parts += 1
             except BaseException as exc:  # surfaced by put/close in the engine's thread
                 self.error = exc
                 return
@@ -502,7 +555,9 @@ class _PoolDriver:
         """Start (or reuse) replicas and hand each its list."""
         actors = self.replicas.start(list(work))
         for k, actor in actors.items():
-            self.runs[actor.run.remote([(w.instance_id, w.shard) for w in work[k]], self.cfg.cluster.inflight)] = k
+            ref = actor.run.remote([(w.instance_id, w.shard) for w in work[k]], self.cfg.cluster.inflight,
+                                   self.cfg.cluster.commit_interval_s)
+            self.runs[ref] = k
 
     def running(self) -> bool:
         return bool(self.runs)
