@@ -156,7 +156,7 @@ class CacheEntry:
 
 @dataclass(frozen=True)
 class PruneResult:
-    """What `prune` removed (or would remove, in a dry run) and what it kept, oldest first."""
+    """What `prune` removed (or would remove, in a dry run), in the order it chose them, and what it kept."""
 
     removed: list[CacheEntry]
     kept: list[CacheEntry]
