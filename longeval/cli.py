@@ -1,5 +1,6 @@
 """Command line: `longeval run | plan | generate | infer | score | report | compare | models prepare`, builders
-(`longeval mrcr build-pool`, `longeval tail build`) and data (`longeval data fetch-essays`).
+(`longeval mrcr build-pool`, `longeval tail build`), data (`longeval data fetch-essays`) and housekeeping
+(`longeval cache prune`).
 
 Every command takes Hydra-style overrides (`model=... suite=ruler suite.lengths=[4096,8192]`) and
 works on the run root they name, so each stage can run alone on an existing run.
@@ -12,6 +13,7 @@ import logging
 import os
 import shlex
 import sys
+import time
 
 from rich.console import Console
 from rich.markup import escape
@@ -332,6 +334,35 @@ def cmd_data(args: argparse.Namespace) -> None:
     console.print(f"use it: longeval run suite=ruler suite.data.essay_dir={result.folder}")
 
 
+def cmd_cache(args: argparse.Namespace) -> None:
+    """`longeval cache prune`: the cache the overrides name (`store.root`, `store.instance_cache`), as a run's."""
+    from longeval.capacity import format_bytes
+    from longeval.config import load_config
+    from longeval.instance_cache import cache_uri, parse_age, parse_size, prune
+
+    older_than = parse_age(args.older_than) if args.older_than is not None else None
+    max_bytes = parse_size(args.max_size) if args.max_size is not None else None
+    if older_than is None and max_bytes is None:
+        raise ConfigError("longeval cache prune needs --older-than AGE (e.g. 30d), --max-size SIZE (e.g. 50GB), "
+                          "or both")
+    cfg = load_config(args.overrides)
+    uri = cache_uri(cfg.store.root, cfg.store.instance_cache)
+    _probe([uri])
+    result = prune(uri, older_than_s=older_than, max_bytes=max_bytes, dry_run=args.dry_run)
+    if args.dry_run:
+        now = time.time()
+        for entry in result.removed:
+            age = (now - entry.shard.mtime_ns / 1e9) / 86400
+            state = "" if entry.useful else (" (damaged)" if entry.stage != "instances" else " (uncommitted)")
+            console.print(f"would remove {entry.name}{state}: {format_bytes(entry.size)}, unused for {age:.1f} days")
+    verb = "would remove" if args.dry_run else "removed"
+    freed = result.freed_bytes
+    linked = (f"; {format_bytes(result.removed_bytes - freed)} of it stays on disk, linked from run roots"
+              if freed < result.removed_bytes else "")
+    console.print(f"cache {uri}: {verb} {len(result.removed)} entries ({format_bytes(result.removed_bytes)}{linked}), "
+                  f"kept {len(result.kept)} ({format_bytes(result.kept_bytes)})", soft_wrap=True)
+
+
 def cmd_dashboards(args: argparse.Namespace) -> None:
     from longeval.dashboards import create
 
@@ -404,6 +435,15 @@ def main(argv: list[str] | None = None) -> int:
     data.add_argument("--url-list", help="essay URLs, one a line (default: RULER's PaulGrahamEssays_URLs.txt)")
     data.add_argument("--timeout", type=float, default=30.0, help="seconds per download")
     data.set_defaults(func=cmd_data)
+    cache = sub.add_parser("cache", help="instance cache: prune removes entries by age or total size")
+    cache.add_argument("action", choices=["prune"])
+    cache.add_argument("--older-than", metavar="AGE", help="remove entries not written or used for AGE, e.g. 30d, 12h")
+    cache.add_argument("--max-size", metavar="SIZE", help="then remove the least recently used entries until the "
+                       "cache holds at most SIZE, e.g. 50GB, 500MB, 2GiB")
+    cache.add_argument("--dry-run", action="store_true", help="print what would be removed and remove nothing")
+    cache.add_argument("overrides", nargs="*", help="Hydra overrides naming the cache as a run would: "
+                       "store.root=... (its _cache) or store.instance_cache=...")
+    cache.set_defaults(func=cmd_cache)
     dashboards = sub.add_parser("dashboards", help="W&B dashboards: create saves the standard workspace (and report)")
     dashboards.add_argument("action", choices=["create"])
     dashboards.add_argument("--entity", required=True, help="W&B user or team that owns the project")
@@ -413,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     dashboards.add_argument("--report", action="store_true", help="also save a W&B report with the same views")
     dashboards.set_defaults(func=cmd_dashboards)
     args, extra = parser.parse_known_args(argv)
-    if extra and args.command in ("mrcr", "tail", "report") and not any(e.startswith("-") for e in extra):
+    if extra and args.command in ("mrcr", "tail", "report", "cache") and not any(e.startswith("-") for e in extra):
         args.overrides += extra  # overrides may follow the options: `build-pool out --per-key 2 model=...`
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")

@@ -20,11 +20,12 @@ import hashlib
 import logging
 import os
 import re
+import shutil
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -36,6 +37,7 @@ from longeval.errors import StoreError
 __all__ = [
     "DEFAULT_PATIENCE_S",
     "ENDPOINT_ENV_VARS",
+    "CopyKind",
     "PATIENCE_ENV_VAR",
     "Location",
     "S3Endpoint",
@@ -62,6 +64,9 @@ DEFAULT_PATIENCE_S = 300.0
 PATIENCE_ENV_VAR = "LONGEVAL_S3_PATIENCE_S"
 TMP_SUFFIX = ".tmp"
 """A local atomic write's temp file is `.<name>.<random>.tmp` beside its target (dot-named: listings skip it)."""
+CopyKind = Literal["link", "copy", "server-side copy", "stream"]
+"""How `Location.copy` published a file: a hard link, a local byte copy, an S3 CopyObject, or a read and a write
+(between a local folder and S3)."""
 
 _AWS_CODE = re.compile(r"AWS Error (\w+)")
 _HTTP_STATUS = re.compile(r"HTTP status (\d{3})")
@@ -285,6 +290,10 @@ class Location:
 
     def files(self, rel: str = "") -> list[str]:
         """Base names of the files directly inside `rel` (none if it does not exist)."""
+        return [info.base_name for info in self.listing(rel)]
+
+    def listing(self, rel: str = "") -> list[pafs.FileInfo]:
+        """The files directly inside `rel` with their sizes and modification times (none if it does not exist)."""
         selector = pafs.FileSelector(self.full(rel), recursive=False, allow_not_found=True)
         infos = self.call(f"list {self.path(rel)}", self.fs.get_file_info, selector)
         if not infos and self.kind == "s3":
@@ -295,7 +304,7 @@ class Location:
                     f"cannot list {self.path(rel)}: bucket {self.bucket!r} does not exist; "
                     "create it first or fix the run root"
                 )
-        return [info.base_name for info in infos if info.type == pafs.FileType.File]
+        return [info for info in infos if info.type == pafs.FileType.File]
 
     def has_files(self, rel: str = "") -> bool:
         """Whether any file lies anywhere under `rel` (empty folders, which some S3 servers keep after their
@@ -350,8 +359,70 @@ class Location:
             with contextlib.suppress(OSError):  # gone after the rename, or the folder never existed
                 tmp.unlink(missing_ok=True)
 
-    def delete(self, rel: str) -> None:
-        self.call(f"delete {self.path(rel)}", self.fs.delete_file, self.full(rel))
+    def copy(self, rel: str, to: Location, to_rel: str) -> CopyKind:
+        """Publish the file at `rel` as `to_rel` under `to`, atomically, without its bytes passing through here
+        where the stores allow it: a hard link between local folders (a byte copy when linking fails, e.g.
+        across devices), a server-side copy (S3 CopyObject, through pyarrow's `copy_file`) between S3 prefixes,
+        else a read and an atomic write.
+
+        Sharing a file by hard link is safe because nothing here changes a file in place: a write publishes a
+        new file by rename and a delete drops one name, so the other names keep the old bytes.
+        """
+        if self.kind == "local" and to.kind == "local":
+            return to._local_link(Path(self.full(rel)), to_rel)
+        if self.kind == "s3" and to.kind == "s3" and self.endpoint == to.endpoint:
+            # One CopyObject request; the object appears at `to_rel` only once complete (up to S3's 5 GB limit
+            # for a single copy, far above any shard).
+            to.call(f"copy {self.path(rel)} to {to.path(to_rel)}", to.fs.copy_file, self.full(rel), to.full(to_rel))
+            return "server-side copy"
+        to.write_bytes(to_rel, self.read_bytes(rel))
+        return "stream"
+
+    def _local_link(self, source: Path, rel: str) -> CopyKind:
+        """Hard-link `source` to a temp name beside the target, then rename it over the target (atomic); copy the
+        bytes instead when the filesystem refuses the link."""
+        final = Path(self.base, rel)
+        tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex[:12]}{TMP_SUFFIX}")
+        how: CopyKind = "link"
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(source, tmp)
+            except FileNotFoundError:
+                raise
+            except OSError as exc:  # another device (EXDEV), no links on this filesystem, a protected source
+                log.debug("cannot hard-link %s to %s (%s); copying its bytes", source, final, exc)
+                with open(source, "rb") as src, open(tmp, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+                    dst.flush()
+                    os.fsync(dst.fileno())
+                how = "copy"
+            os.replace(tmp, final)
+        except OSError as exc:
+            raise self.error(f"copy {source} to {final}", exc) from exc
+        finally:
+            with contextlib.suppress(OSError):  # gone after the rename (or still there: `final` was the same file)
+                tmp.unlink(missing_ok=True)
+        return how
+
+    def touch(self, rel: str) -> None:
+        """Set the file's modification time to now (S3 has no such call: the object is written again)."""
+        if self.kind == "local":
+            self.call(f"touch {self.path(rel)}", os.utime, self.full(rel))
+        else:
+            self.put(rel, self.read_bytes(rel))
+
+    def delete(self, rel: str, *, missing_ok: bool = False) -> None:
+        """Delete the file at `rel`; with `missing_ok`, a file already gone (another process removed it) is fine."""
+
+        def delete() -> None:
+            try:
+                self.fs.delete_file(self.full(rel))
+            except FileNotFoundError:
+                if not missing_ok:
+                    raise
+
+        self.call(f"delete {self.path(rel)}", delete)
 
     # -- retries and errors -------------------------------------------------------------------------------
 

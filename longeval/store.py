@@ -20,6 +20,7 @@ import logging
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,10 @@ import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from longeval.errors import DamagedShardError, StoreError
-from longeval.files import Location
+from longeval.files import CopyKind, Location
 from longeval.shards import PART_PREFIX
 
-__all__ = ["LEGACY_STAGES", "RunRoot"]
+__all__ = ["LEGACY_STAGES", "CopiedShard", "RunRoot", "StoredShard"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,41 @@ def rows_per_group(table: pa.Table) -> int:
 
 class _Unreadable(Exception):
     """A shard's bytes are there but are not its Parquet (kept apart from OSError, which the store retries)."""
+
+
+@dataclass(frozen=True)
+class CopiedShard:
+    """What `RunRoot.copy_shard` published: the shard's rows and bytes (from its commit record), and how the data
+    file got there (`longeval.files.CopyKind`: "link", "copy", "server-side copy" or "stream")."""
+
+    rows: int
+    bytes: int
+    how: CopyKind
+
+
+@dataclass(frozen=True)
+class StoredShard:
+    """A shard's files as they lie in the store, finished or not, for housekeeping (pruning a cache)."""
+
+    name: str
+    data: pafs.FileInfo | None
+    """The Parquet file, None when it is missing."""
+    record: pafs.FileInfo | None
+    """The commit record, None when the shard was never committed (cut short) or was uncommitted."""
+
+    @property
+    def committed(self) -> bool:
+        return self.data is not None and self.record is not None
+
+    @property
+    def size(self) -> int:
+        """Bytes of both files (as listed: a hard-linked file counts in full)."""
+        return sum(info.size or 0 for info in (self.data, self.record) if info is not None)
+
+    @property
+    def mtime_ns(self) -> int:
+        """The later modification time of the two files: when the shard was last written or marked used."""
+        return max((info.mtime_ns or 0) for info in (self.data, self.record) if info is not None)
 
 
 class RunRoot:
@@ -210,20 +246,60 @@ class RunRoot:
             f"damaged shard {self.path(source)}: {why}. It was set aside as {self.path(target)} and will be "
             "written again; rerun the same command (finished work is kept)")
 
+    def copy_shard(self, stage: str, name: str, to: RunRoot, to_name: str, *, check: bool = True) -> CopiedShard:
+        """Publish this root's finished shard `name` as `to_name` of `stage` under `to`, without decoding or
+        encoding it: the data file is copied (`Location.copy`: a hard link locally, a server-side copy on S3),
+        then its commit record, the same two steps as `write_table`, so readers of `to` check it as any shard.
+
+        Args:
+            check: first compare the bytes with the commit record (one read, no decode), so a damaged shard is
+                never spread. Leave it on unless the shard was just written by this process.
+
+        Raises:
+            DamagedShardError: `check` found the bytes (or the record) damaged; the shard was set aside here.
+            StoreError: the shard is not committed here, or a store could not be read or written.
+        """
+        source = f"{stage}/{name}{_PARQUET}"
+        raw = self.read_bytes(self._commit_name(stage, name))
+        try:
+            record = json.loads(raw)
+            rows, size, sha = int(record["rows"]), int(record["bytes"]), str(record["sha256"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise self._set_aside(stage, name, f"its commit record is unreadable ({exc})") from exc
+        if check:
+            data = self.read_bytes(source)
+            if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
+                raise self._set_aside(stage, name, "its sha256 does not match its commit record")
+        how = self._loc.copy(self._rel(source), to._loc, to._rel(stage, to_name + _PARQUET))
+        self._loc.copy(self._commit_name(stage, name), to._loc, to._commit_name(stage, to_name))
+        return CopiedShard(rows=rows, bytes=size, how=how)
+
+    def stored_shards(self, stage: str) -> list[StoredShard]:
+        """Every shard of a stage with a data file or a commit record, finished or not, sorted by name."""
+        data = {info.base_name[: -len(_PARQUET)]: info for info in self._loc.listing(self._rel(stage))
+                if info.base_name.endswith(_PARQUET) and not info.base_name.startswith(".")}
+        records = {info.base_name.removesuffix(".json"): info
+                   for info in self._loc.listing(self._rel(_MANIFEST, stage)) if info.base_name.endswith(".json")}
+        return [StoredShard(name, data.get(name), records.get(name)) for name in sorted(data.keys() | records.keys())]
+
+    def remove_shard(self, stage: str, name: str) -> None:
+        """Delete a shard: its commit record first, then its data, so a crash in between leaves an uncommitted
+        file (never read, replaced by the next write), never a committed shard without data. Files already gone
+        are fine (another process removed them)."""
+        self._loc.delete(self._commit_name(stage, name), missing_ok=True)
+        self._loc.delete(self._rel(stage, name + _PARQUET), missing_ok=True)
+
+    def touch(self, stage: str, name: str) -> None:
+        """Mark a finished shard as just used (its commit record's modification time), for least recently used
+        pruning."""
+        self._loc.touch(self._commit_name(stage, name))
+
     def write_part(self, stage: str, table: pa.Table, *, key: str = "instance_id") -> str:
         """Write a table of rows as a part named by the hash of its keys (the same rows, the same name)."""
         ids = "\n".join(sorted(str(v) for v in table[key].to_pylist()))
         name = PART_PREFIX + hashlib.sha256(ids.encode("utf-8")).hexdigest()[:16]
         self.write_table(stage, name, table)
         return name
-
-    def remove_shard(self, stage: str, name: str) -> None:
-        """Unpublish a shard, then delete its data: a crash in between leaves an uncommitted file, which no
-        reader sees."""
-        if self.exists(self._commit_name(stage, name)):
-            self._loc.delete(self._commit_name(stage, name))
-        if self.exists(f"{stage}/{name}{_PARQUET}"):
-            self._loc.delete(self._rel(stage, name + _PARQUET))
 
     def stage_files(self, stage: str) -> tuple[pafs.FileSystem, list[str]]:
         """The filesystem and full paths of a stage's finished shards, for `ray.data.read_parquet`."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pyarrow as pa
 import pytest
 
 from longeval.cli import main
@@ -129,3 +130,44 @@ def test_plan_without_data_files_warns_and_still_plans(capsys):
     out = capsys.readouterr().out
     assert "before running:" in out and "suite.data.squad_path" in out
     assert "tensor_parallel_size" in out
+
+
+def _cache_entries(uri: str, names: list[str]) -> None:
+    """Committed entries in an instance cache, as a generation actor leaves them."""
+    from longeval.store import RunRoot
+
+    for name in names:
+        RunRoot(uri).write_table("instances", name, pa.table({"instance_id": [name], "prompt": ["x" * 500]}))
+
+
+def test_cache_prune_takes_the_cache_from_the_overrides(capsys, tmp_path):
+    from longeval.instance_cache import InstanceCache
+
+    _cache_entries(str(tmp_path / "_cache"), ["k0", "k1"])
+    code, text = _run(capsys, "cache", "prune", "--max-size", "0", "--dry-run", f"store.root={tmp_path}")
+    assert code == 0, text
+    assert "would remove k0: " in text and "would remove k1: " in text
+    assert f"cache {tmp_path}/_cache: would remove 2 entries (" in text and "kept 0 (0 B)" in text
+    assert len(InstanceCache(str(tmp_path / "_cache")).entries()) == 2  # a dry run removes nothing
+    # overrides before or after the options; the summary names what went
+    code, text = _run(capsys, "cache", "prune", f"store.root={tmp_path}", "--older-than", "0s")
+    assert code == 0, text
+    assert f"cache {tmp_path}/_cache: removed 2 entries (" in text and "would" not in text
+    assert InstanceCache(str(tmp_path / "_cache")).entries() == []
+    elsewhere = tmp_path / "shared"
+    _cache_entries(str(elsewhere), ["k2"])
+    code, text = _run(capsys, "cache", "prune", "--max-size", "10GB", f"store.instance_cache={elsewhere}")
+    assert code == 0 and f"cache {elsewhere}: removed 0 entries (0 B), kept 1 (" in text
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    ([], "longeval cache prune needs --older-than AGE (e.g. 30d), --max-size SIZE (e.g. 50GB), or both"),
+    (["--older-than", "30"], "--older-than '30' is not an age; give a number and a unit (s, m, h, d, w)"),
+    (["--max-size", "lots"], "--max-size 'lots' is not a size; give a number and a unit (B, KB, MB, GB, TB"),
+    (["--max-size", "1GB", "store.rot=x"], "store.rot"),
+])
+def test_cache_prune_bad_arguments_get_one_line(capsys, tmp_path, argv, expected):
+    code, text = _run(capsys, "cache", "prune", *argv, f"store.root={tmp_path}")
+    assert code == 2
+    assert expected in text and "Traceback" not in text
+    assert text.startswith("error:") and text.count("error:") == 1

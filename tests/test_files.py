@@ -4,7 +4,11 @@ read and fingerprint, on local disk and on a real S3 server (SeaweedFS on loopba
 from __future__ import annotations
 
 import hashlib
+import os
 import pickle
+import shutil
+import tempfile
+import time
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -200,6 +204,53 @@ def test_local_writes_are_atomic_and_leave_no_temp_files(tmp_path: Path, monkeyp
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["pool.parquet"]
 
 
+def test_a_local_copy_is_a_hard_link_published_atomically(tmp_path: Path) -> None:
+    source, target = Location(str(tmp_path / "src")), Location(str(tmp_path / "dst"))
+    source.write_bytes("stage/a.bin", b"alpha")
+    target.write_bytes("stage/b.bin", b"old")
+    assert source.copy("stage/a.bin", target, "stage/b.bin") == "link"
+    a, b = tmp_path / "src" / "stage" / "a.bin", tmp_path / "dst" / "stage" / "b.bin"
+    assert a.stat().st_ino == b.stat().st_ino and a.stat().st_nlink == 2
+    assert source.copy("stage/a.bin", target, "stage/b.bin") == "link"  # again onto the same file: a no-op
+    assert sorted(p.name for p in b.parent.iterdir()) == ["b.bin"]  # no temp file left
+    # A later write replaces the name (atomic rename), so the other link keeps its bytes.
+    target.write_bytes("stage/b.bin", b"new")
+    assert (a.read_bytes(), b.read_bytes()) == (b"alpha", b"new")
+    assert a.stat().st_nlink == 1
+    target.delete("stage/b.bin")
+    target.delete("stage/b.bin", missing_ok=True)
+    assert a.read_bytes() == b"alpha"
+    with pytest.raises(StoreError, match="the file does not exist"):
+        source.copy("stage/absent.bin", target, "stage/c.bin")
+    assert not (tmp_path / "dst" / "stage" / "c.bin").exists()
+
+
+def test_a_copy_across_devices_copies_the_bytes(tmp_path: Path) -> None:
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("no second filesystem (/dev/shm) to copy across")
+    other = Path(tempfile.mkdtemp(prefix="longeval-test-", dir=shm))
+    try:
+        source = Location(str(tmp_path))
+        source.write_bytes("a.bin", b"alpha")
+        assert source.copy("a.bin", Location(str(other)), "x/b.bin") == "copy"  # os.link: EXDEV
+        assert (other / "x" / "b.bin").read_bytes() == b"alpha"
+        assert [p.name for p in (other / "x").iterdir()] == ["b.bin"]
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
+
+
+def test_local_touch_sets_the_modification_time(tmp_path: Path) -> None:
+    location = Location(str(tmp_path))
+    location.write_bytes("a.bin", b"alpha")
+    os.utime(tmp_path / "a.bin", (1_000_000_000, 1_000_000_000))
+    before = time.time()
+    location.touch("a.bin")
+    assert (tmp_path / "a.bin").stat().st_mtime >= before - 1
+    (info,) = location.listing()
+    assert (info.base_name, info.size) == ("a.bin", 5) and info.mtime.timestamp() >= before - 1
+
+
 def test_local_fingerprint_is_the_content_hash(tree: Path) -> None:
     assert files.fingerprint(str(tree / "a.txt")) == hashlib.sha256(b"alpha").digest()
     assert files.fingerprint(f"file://{tree}/a.txt") == hashlib.sha256(b"alpha").digest()
@@ -263,6 +314,36 @@ def test_s3_open_read_and_put(bucket: str) -> None:
     assert not location.exists("new/d.txt")
     with pytest.raises(StoreError, match="the object does not exist"):
         location.read_bytes("new/d.txt")
+
+
+def test_s3_copies_are_server_side_and_publish_whole_objects(bucket: str, s3_env, tmp_path: Path) -> None:
+    location = Location(f"s3://{bucket}/files")
+    other = Location(f"s3://{bucket}/files/copies")
+    assert location.copy("sub/b.txt", other, "b.txt") == "server-side copy"  # one CopyObject request
+    assert s3_env.client().get_object(Bucket=bucket, Key="files/copies/b.txt")["Body"].read() == b"beta"
+    with pytest.raises(StoreError, match="cannot copy"):
+        location.copy("absent.txt", other, "c.txt")
+    assert not other.exists("c.txt")
+    # Between a local folder and S3 the bytes pass through: read, then one upload.
+    local = Location(str(tmp_path))
+    assert location.copy("a.txt", local, "a.txt") == "stream"
+    assert (tmp_path / "a.txt").read_bytes() == b"alpha"
+    assert local.copy("a.txt", other, "a.txt") == "stream"
+    assert other.read_bytes("a.txt") == b"alpha"
+    other.delete("a.txt")
+    other.delete("a.txt", missing_ok=True)
+    with pytest.raises(StoreError, match="cannot delete"):
+        other.delete("a.txt")
+
+
+def test_s3_touch_writes_the_object_again(bucket: str) -> None:
+    location = Location(f"s3://{bucket}/files")
+    before = location.info("a.txt").mtime
+    time.sleep(1.1)  # S3 times have one-second resolution
+    location.touch("a.txt")
+    assert location.info("a.txt").mtime > before
+    assert location.read_bytes("a.txt") == b"alpha"
+    assert [(i.base_name, i.size) for i in location.listing()] == [("a.txt", 5)]
 
 
 def test_s3_write_uri(bucket: str, s3_env) -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from longeval.errors import StoreError
+from longeval.errors import DamagedShardError, StoreError
+from longeval.files import Location
 from longeval.records import PREDICTION_SCHEMA, Prediction
 from longeval.store import RunRoot
 
@@ -237,3 +238,96 @@ def test_a_run_root_from_before_commit_records_is_adopted(root: RunRoot) -> None
     (root.local_path() / "predictions" / "late.parquet").write_bytes(
         (root.local_path() / "predictions" / "p0.parquet").read_bytes())
     assert root.adopt_legacy() == 0 and "late" not in root.shard_names("predictions")
+
+
+# -- copying shards between roots (the instance cache) -------------------------------------------------------
+
+
+def test_copy_shard_links_the_file_and_its_commit_record(tmp_path: Path) -> None:
+    a, b = RunRoot(str(tmp_path / "a")), RunRoot(str(tmp_path / "b"))
+    table = predictions("m", 3)
+    a.write_table("instances", "s0", table)
+    copied = a.copy_shard("instances", "s0", b, "other")
+    assert (copied.rows, copied.how) == (3, "link")
+    assert copied.bytes == (tmp_path / "a" / "instances" / "s0.parquet").stat().st_size
+    for rel in ("instances/{}.parquet", "_manifest/instances/{}.json"):
+        assert (tmp_path / "a" / rel.format("s0")).stat().st_ino == (tmp_path / "b" / rel.format("other")).stat().st_ino
+    assert b.shard_names("instances") == {"other"} and b.verify("instances") == []
+    assert b.read_shard("instances", "other", PREDICTION_SCHEMA).equals(table)
+    with pytest.raises(StoreError, match="does not exist"):
+        a.copy_shard("instances", "absent", b, "x")
+
+
+def test_setting_a_damaged_shard_aside_leaves_its_other_links_whole(tmp_path: Path) -> None:
+    a, b = RunRoot(str(tmp_path / "a")), RunRoot(str(tmp_path / "b"))
+    a.write_table("instances", "s0", predictions("m", 3))
+    a.copy_shard("instances", "s0", b, "s0")
+    # Root a's copy turns damaged as far as a knows: its commit record is rewritten with a wrong digest.
+    a.write_json("_manifest/instances/s0.json", {**a.commit_record("instances", "s0"), "sha256": "0" * 64})
+    with pytest.raises(DamagedShardError, match="set aside"):
+        a.read_shard("instances", "s0")
+    assert a.shard_names("instances") == set()
+    assert len(list((tmp_path / "a" / "_damaged" / "instances").iterdir())) == 1
+    assert b.verify("instances") == [] and b.read_shard("instances", "s0").num_rows == 3
+    assert (tmp_path / "b" / "instances" / "s0.parquet").stat().st_nlink == 1  # a's name is gone, b's stays
+
+
+def test_copy_shard_refuses_to_spread_a_damaged_shard(tmp_path: Path) -> None:
+    a, b = RunRoot(str(tmp_path / "a")), RunRoot(str(tmp_path / "b"))
+    a.write_table("instances", "s0", predictions("m", 3))
+    a.write_bytes("instances/s0.parquet", b"PAR1 not what was committed")
+    with pytest.raises(DamagedShardError, match="sha256 does not match"):
+        a.copy_shard("instances", "s0", b, "s0")
+    a.write_table("instances", "s1", predictions("m", 3))
+    a.write_text("_manifest/instances/s1.json", "{not json")
+    with pytest.raises(DamagedShardError, match="commit record is unreadable"):
+        a.copy_shard("instances", "s1", b, "s1")
+    assert a.shard_names("instances") == set() and b.stored_shards("instances") == []
+    # Unchecked (the caller wrote it a moment ago), the bytes are copied as they are.
+    a.write_table("instances", "s2", predictions("m", 1))
+    assert a.copy_shard("instances", "s2", b, "s2", check=False).rows == 1
+
+
+def test_stored_shards_and_remove_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = RunRoot(str(tmp_path / "run"))
+    for name in ("s0", "s1", "s2"):
+        root.write_table("instances", name, predictions("m", 2))
+    (tmp_path / "run" / "_manifest" / "instances" / "s1.json").unlink()  # s1: written, never committed
+    (tmp_path / "run" / "instances" / "s2.parquet").unlink()  # s2: a record left without its data
+    listed = {s.name: s for s in root.stored_shards("instances")}
+    assert sorted(listed) == ["s0", "s1", "s2"]
+    assert [listed[n].committed for n in ("s0", "s1", "s2")] == [True, False, False]
+    assert listed["s0"].size == sum(p.stat().st_size for p in (tmp_path / "run").rglob("s0.*"))
+    assert listed["s0"].mtime_ns >= (tmp_path / "run" / "instances" / "s0.parquet").stat().st_mtime_ns
+    for name in ("s1", "s2", "absent"):
+        root.remove_shard("instances", name)
+    assert [s.name for s in root.stored_shards("instances")] == ["s0"]
+
+    # A crash between the two deletes leaves the data uncommitted, never a committed shard without data.
+    real_delete = Location.delete
+    calls: list[str] = []
+
+    def crash_after_the_record(self: Location, rel: str, **kwargs: bool) -> None:
+        calls.append(rel)
+        if rel.endswith(".parquet"):
+            raise OSError("killed")  # injected fault: the process dies before the data goes
+        real_delete(self, rel, **kwargs)
+
+    monkeypatch.setattr(Location, "delete", crash_after_the_record)
+    with pytest.raises(OSError, match="killed"):
+        root.remove_shard("instances", "s0")
+    monkeypatch.undo()
+    assert calls == ["_manifest/instances/s0.json", "instances/s0.parquet"]
+    assert root.shard_names("instances") == set() and not root.has("instances", "s0")
+    assert [s.committed for s in root.stored_shards("instances")] == [False]
+
+
+def test_touch_marks_a_shard_used(tmp_path: Path) -> None:
+    root = RunRoot(str(tmp_path / "run"))
+    root.write_table("instances", "s0", predictions("m", 1))
+    for path in (tmp_path / "run").rglob("s0.*"):
+        os.utime(path, (1_000_000_000, 1_000_000_000))
+    (old,) = root.stored_shards("instances")
+    root.touch("instances", "s0")
+    (new,) = root.stored_shards("instances")
+    assert old.mtime_ns == 1_000_000_000 * 10**9 < new.mtime_ns

@@ -259,3 +259,25 @@ def test_an_s3_run_root_from_before_commit_records_is_adopted(server: S3Server) 
     assert root.adopt_legacy() == 1
     assert root.read_stage("predictions", PREDICTION_SCHEMA).num_rows == 3
     assert root.adopt_legacy() == 0
+
+
+def test_copy_shard_is_a_server_side_copy_of_both_objects(root: RunRoot, server: S3Server) -> None:
+    table = predictions(4)
+    root.write_table("instances", "s0", table)
+    other = RunRoot(f"s3://{server.bucket}/{PREFIX}/other")
+    copied = root.copy_shard("instances", "s0", other, "t0")
+    assert (copied.rows, copied.how) == (4, "server-side copy")
+    client = server.client()
+
+    def body(key: str) -> bytes:
+        return client.get_object(Bucket=server.bucket, Key=f"{PREFIX}/{key}")["Body"].read()
+
+    assert body("other/instances/t0.parquet") == body("instances/s0.parquet")  # the same bytes, not re-encoded
+    assert body("other/_manifest/instances/t0.json") == body("_manifest/instances/s0.json")
+    assert other.verify("instances") == [] and other.read_shard("instances", "t0", PREDICTION_SCHEMA).equals(table)
+    # Removing a shard drops its commit record first, then its data; the copy is untouched.
+    root.remove_shard("instances", "s0")
+    root.remove_shard("instances", "s0")  # already gone: fine
+    assert root.stored_shards("instances") == [] and other.shard_names("instances") == {"t0"}
+    (shard,) = other.stored_shards("instances")
+    assert shard.committed and shard.size == copied.bytes + len(body("other/_manifest/instances/t0.json"))

@@ -42,16 +42,20 @@ class ShardGenerator:
         for i in range(len(batch["task"])):
             spec = ShardSpec(**{k: _py(batch[k][i]) for k in ShardSpec.__dataclass_fields__})
             key = shard_key(self.ctx, spec) if self.cache else None
-            table = self.cache.load(key) if self.cache else None
-            hit = table is not None
-            if table is None:
+            # A hit copies the cached file into the run root, a miss writes the run root once and copies that
+            # file into the cache: a shard is encoded once, whichever way it came.
+            copied = self.cache.fetch(key, self.root, spec.name) if self.cache else None
+            if copied is not None:
+                rows = copied.rows
+            else:
                 table = generate_shard(self.ctx, spec)
+                self.root.write_table("instances", spec.name, table)
                 if self.cache:
-                    self.cache.save(key, table)
-            self.root.write_table("instances", spec.name, table)
+                    self.cache.put(key, self.root, spec.name)
+                rows = table.num_rows
             names.append(spec.name)
-            counts.append(table.num_rows)
-            cached.append(hit)
+            counts.append(rows)
+            cached.append(copied is not None)
         return {"shard": names, "instances": counts, "cached": cached}
 
 
@@ -119,16 +123,23 @@ def generate(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=N
     return written
 
 
+PREFLIGHT_MAX_LENGTH = 131_072
+"""The longest instance `preflight` builds on the driver."""
+
+
 def preflight(cfg: Config, plan: Plan, model_path: str) -> None:
     """Generate the first instance of every task at its shortest length on the driver, before any Ray work.
 
     Bad data files, lengths too short for a template and similar mistakes then fail in a second with
-    their own message, instead of inside a Ray actor after the cluster has spun up.
+    their own message, instead of inside a Ray actor after the cluster has spun up. The length is capped at
+    `PREFLIGHT_MAX_LENGTH` (128K): a suite that starts at 1M would otherwise build a 1M-token instance of every
+    task on the driver, whose memory must not grow with the suite's lengths (issue #22). The mistakes it
+    catches show at 128K as well; longer instances are built by the generation actors only.
     """
     ctx = make_context(cfg, model_path)
     firsts: dict[str, ShardSpec] = {}
     for shard in sorted(plan.shards, key=lambda s: s.target_length):
         firsts.setdefault(shard.task, shard)
     for shard in firsts.values():
-        one = replace(shard, stop=shard.start + 1)
+        one = replace(shard, target_length=min(shard.target_length, PREFLIGHT_MAX_LENGTH), stop=shard.start + 1)
         generate_shard(ctx, one)
