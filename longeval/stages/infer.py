@@ -33,8 +33,9 @@ import pyarrow.compute as pc
 from longeval import interrupt
 from longeval.config import Config
 from longeval.dispatch import Work, assign
+from longeval.engines import replica_engine_class
 from longeval.engines.openai_compat import ApiPredictor
-from longeval.engines.vllm_engine import Request, VllmEngine
+from longeval.engines.vllm_engine import Request
 from longeval.errors import LongevalError
 from longeval.followup import write_followups
 from longeval.plan import Plan, Pool, in_plan, suite_seq_tokens
@@ -164,7 +165,7 @@ class Replica:
 
         self.name, self.model_id = name, model_id
         self.node = ray.get_runtime_context().get_node_id()
-        self.engine = VllmEngine(model, model_path, max_model_len)
+        self.engine = replica_engine_class(model)(model, model_path, max_model_len)  # vLLM, or the stand-in
         self.root = RunRoot(root_uri)
         self.writer: _Writer | None = None
         self.runs = 0
@@ -201,15 +202,17 @@ class Replica:
         by_prefix: dict[str, list[str]] = {}  # a generated shard's name -> it and its follow-up shards
         for name in sorted(self.root.shard_names("instances")):
             by_prefix.setdefault(ShardName.parse(name).prefix, []).append(name)
-        cache: OrderedDict[str, dict[str, tuple[list[int], int]]] = OrderedDict()
+        cache: OrderedDict[str, dict[str, tuple[list[int], int, list[str]]]] = OrderedDict()
+        refs = ["references"] if self.engine.needs_references else []  # the stand-in engine's answers
 
-        def load(name: str) -> dict[str, tuple[list[int], int]]:
+        def load(name: str) -> dict[str, tuple[list[int], int, list[str]]]:
             if name not in cache:
                 table = self.root.read_shard("instances", name,
-                                             columns=["instance_id", "prompt_token_ids", "max_new_tokens"])
+                                             columns=["instance_id", "prompt_token_ids", "max_new_tokens", *refs])
+                references = table["references"].to_pylist() if refs else [[]] * table.num_rows
                 cache[name] = dict(zip(table["instance_id"].to_pylist(),
                                        zip(table["prompt_token_ids"].to_pylist(), table["max_new_tokens"].to_pylist(),
-                                           strict=True), strict=True))
+                                           references, strict=True), strict=True))
                 if len(cache) > 32:
                     cache.popitem(last=False)
             cache.move_to_end(name)
@@ -220,7 +223,7 @@ class Replica:
             if found is None:
                 raise LongevalError(f"instance {instance_id} is in no committed instance shard {prefix} (or its "
                                     "follow-ups)")
-            yield Request(instance_id, [int(t) for t in found[0]], int(found[1]))
+            yield Request(instance_id, [int(t) for t in found[0]], int(found[1]), tuple(found[2]))
 
 
 class _Writer:
