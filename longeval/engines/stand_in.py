@@ -21,10 +21,12 @@ log line, its engine record (`info["engine"]`), and the run's config.yaml. Its s
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import socket
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
@@ -69,6 +71,50 @@ class StandInSettings:
         return settings
 
 
+@dataclass
+class StandInStats(EngineStats):
+    """The engine's figures, plus what its replica process read and held (the scale harness reads them from the
+    engine record)."""
+
+    read_bytes: int = 0
+    """Bytes the process read through read(2) while `stream` ran (/proc/self/io rchar), less the modules it
+    imported meanwhile (`import_bytes`): on a local run root, what the replica read to feed the engine. S3 reads
+    go over sockets and are not counted."""
+    peak_rss_bytes: int = 0
+    """The process's peak resident memory (VmHWM) when its last `stream` ended."""
+
+    def record(self) -> dict[str, float]:
+        return {**super().record(), "read_bytes": self.read_bytes, "peak_rss_bytes": self.peak_rss_bytes}
+
+
+def proc_self(file: str, key: str) -> int:
+    """A counter of this process from /proc/self/<file> (`io`: bytes; `status`: kB, returned in bytes); 0 where
+    /proc is missing."""
+    try:
+        with open(f"/proc/self/{file}") as lines:
+            for line in lines:
+                name, _, value = line.partition(":")
+                if name == key:
+                    number = int(value.split()[0])
+                    return number * 1024 if value.strip().endswith("kB") else number
+    except OSError:
+        pass
+    return 0
+
+
+def import_bytes() -> int:
+    """Bytes Python read to import the modules loaded so far: each one's cached bytecode (or source), which the
+    import system reads whole. Subtracted from rchar, what is left is what the process read as data."""
+    total = 0
+    for module in list(sys.modules.values()):
+        spec = getattr(module, "__spec__", None)
+        path = getattr(spec, "cached", None) or getattr(spec, "origin", None)
+        if path and path.endswith((".pyc", ".py")):
+            with contextlib.suppress(OSError):
+                total += os.path.getsize(path)
+    return total
+
+
 def answers_right(instance_id: str, fraction: float = 0.5) -> bool:
     """Whether the stand-in answers this instance with its references: a pure function of the id, so every run,
     replica and model name gets the same split."""
@@ -92,7 +138,7 @@ class StandInEngine:
     def __init__(self, model: ModelConfig, model_path: str, max_model_len: int) -> None:
         self.settings = StandInSettings.of(model)
         self.max_num_seqs = int(model.max_num_seqs or DEFAULT_MAX_NUM_SEQS)
-        self.stats = EngineStats()
+        self.stats = StandInStats()
         self.info: dict[str, Any] = {
             "engine": ENGINE_NAME,
             "stand_in": "no model ran: canned answers for scale work (longeval.engines.stand_in), not a model's",
@@ -115,6 +161,7 @@ class StandInEngine:
         source = iter(requests)
         live: list[tuple[Request, float]] = []
         exhausted = False
+        read_before = proc_self("io", "rchar") - import_bytes()
         while True:
             while not exhausted and len(live) < window:
                 req = next(source, None)
@@ -123,6 +170,8 @@ class StandInEngine:
                     break
                 live.append((req, time.perf_counter()))
             if not live:
+                self.stats.read_bytes += proc_self("io", "rchar") - import_bytes() - read_before
+                self.stats.peak_rss_bytes = proc_self("status", "VmHWM")
                 return
             began = time.perf_counter()
             if self.settings.step_s:

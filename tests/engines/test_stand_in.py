@@ -77,6 +77,8 @@ def test_window_and_pace_shape_the_steps():
     steps = list(engine.stream(_requests(10), inflight=4))
     assert [len(s) for s in steps] == [3, 3, 3, 1]
     assert engine.stats.requests == 10 and engine.stats.steps == 4
+    record = engine.stats.record()  # what the replica writes to its engine record (benchmarks/scale.py reads it)
+    assert record["requests"] == 10 and record["peak_rss_bytes"] > 0 and record["read_bytes"] >= 0
     assert engine.info["engine"] == "stand_in" and "no model ran" in engine.info["stand_in"]
 
 
