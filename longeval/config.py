@@ -8,6 +8,7 @@ equals its string (`cfg.model.engine == "openai"`) and config.yaml stores the pl
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from longeval.scoring.deadline import import_plugins
 from longeval.tasks import check_overrides, get_task, sampling
 from longeval.text.render import prompt_format
 
+log = logging.getLogger(__name__)
+
 # Members are named by their values: OmegaConf reads an enum setting by member name (`model.engine=openai`).
 
 
@@ -33,6 +36,10 @@ class Engine(StrEnum):
     """In-process vLLM engine actors."""
     openai = "openai"
     """An OpenAI-compatible server (see `model.api`)."""
+    stand_in = "stand_in"
+    """For scale work only, never a default: no model runs, each prompt gets a canned answer at once (its
+    references for about half the instances, a wrong answer for the rest; `longeval.engines.stand_in`), so the
+    data path can be measured at a full suite's size (`benchmarks/scale.py`). Scores are not a model's."""
 
 
 class ApiMode(StrEnum):
@@ -123,7 +130,8 @@ class ModelConfig:
     tie_word_embeddings, torch_dtype, plus num_parameters_b (billions; default: counted from the shapes).
     Wins key by key over `<model.path>/config.json`, so presets plan without the weights at hand."""
     engine: Engine = Engine.vllm
-    """`vllm` (in-process engine actors) or `openai` (an OpenAI-compatible server, see `api`)."""
+    """`vllm` (in-process engine actors) or `openai` (an OpenAI-compatible server, see `api`); `stand_in` is for
+    scale work only (no model runs, see `Engine.stand_in`)."""
     api: ApiConfig = field(default_factory=lambda: ApiConfig())
 
 
@@ -440,6 +448,9 @@ def _check(cfg: Config) -> None:
     prompt_format(cfg.model)  # names a wrong prompt_format, ruler_template or a system prompt RULER cannot hold
     if cfg.model.engine == Engine.openai:
         check_api(cfg.model)
+    if cfg.model.engine == Engine.stand_in:
+        log.warning("model.engine=stand_in: the STAND-IN engine answers instead of %s (canned answers, no model "
+                    "runs); for scale work only, the scores are not a model's", cfg.model.name)
     if cfg.suite.samples < 1 or cfg.suite.shard_size < 1:
         raise ConfigError("suite.samples and suite.shard_size must be at least 1")
     if cfg.suite.adaptive and not (0 < cfg.suite.adaptive_confidence < 1 and cfg.suite.adaptive_round >= 1):

