@@ -182,9 +182,9 @@ def check_rope_overrides(config: Mapping[str, Any] | None, overrides: Mapping[st
         for key in ROPE_DICT_KEYS:
             value = overrides.get(key)
             if isinstance(value, Mapping) and "rope_theta" not in value:
-                raise ConfigError(f"{where}.{key} has no rope_theta, so vLLM 0.32 builds base {VLLM_DEFAULT_THETA:g} "
-                                  f"whatever the checkpoint's is: put the checkpoint's rope_theta inside "
-                                  f"{where}.{key}")
+                raise ConfigError(f"{where}.{key} has no rope_theta, so vLLM 0.32 builds its default base "
+                                  f"({VLLM_DEFAULT_THETA:g}; 1e+06 for Qwen2/3) whatever the checkpoint's is: put the "
+                                  f"checkpoint's rope_theta inside {where}.{key}")
         return None
     declared, built = declared_rotary(config, overrides), vllm_rotary(config, overrides)
     if not same_rotary(declared, built.record()):

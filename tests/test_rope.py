@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from longeval.capacity import check_runnable
-from longeval.config import ModelConfig
+from longeval.config import ModelConfig, load_config
 from longeval.errors import ConfigError
 from longeval.rope import Rotary, check_built, check_rope_overrides, declared_rotary, vllm_rotary
 from tests.rope_layouts import LAYOUTS, YARN_DOCUMENTED, YARN_PARAMETERS, YARN_WITH_THETA, layout_config
@@ -136,3 +136,11 @@ def test_vllm_rotary_matches_vllms_own_config_handling(tmp_path: Path) -> None:
         rope = dict(hf.rope_parameters)
         default = 1e6 if layout.startswith("qwen") else 10000.0
         assert _rotary(rope, default_theta=default) == vllm_rotary(cfg(layout), overrides), (layout, overrides)
+
+
+PRESETS = sorted(p.stem for p in (Path(__file__).parents[1] / "conf" / "model").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_model_preset_passes_the_rope_check(preset: str) -> None:
+    check_runnable(load_config([f"model={preset}"]).model)
