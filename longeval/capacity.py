@@ -25,6 +25,7 @@ from typing import Any
 from longeval.config import ModelConfig
 from longeval.errors import ConfigError
 from longeval.models import built_model_dir
+from longeval.rope import check_rope_overrides, checkpoint_theta, text_config
 
 KIB = 2**10
 MIB = 2**20
@@ -251,8 +252,8 @@ class ModelArch:
 
 _DERIVED = {"rope_type", "rope_factor", "rope_original_max_position_embeddings",
             "dual_chunk_original_max_position_embeddings"}
-ARCHITECTURE_KEYS = frozenset(({f.name for f in fields(ModelArch)} - _DERIVED) | {"rope_scaling",
-                                                                                  "dual_chunk_attention_config"})
+ARCHITECTURE_KEYS = frozenset(({f.name for f in fields(ModelArch)} - _DERIVED) | {
+    "rope_scaling", "rope_parameters", "rope_theta", "model_type", "dual_chunk_attention_config"})
 """The keys a `model.architecture` block may hold: config.json names, plus num_parameters_b."""
 
 
@@ -466,11 +467,14 @@ def dual_chunk_refusal(trained: int | None) -> str:
 
 
 def check_runnable(model: ModelConfig) -> None:
-    """Refuse, before any engine starts, a model the pinned vLLM cannot load (dual chunk attention).
+    """Refuse, before any engine starts, a model the pinned vLLM cannot load (dual chunk attention), or one whose
+    `hf_overrides` would make vLLM build another rotary embedding than the checkpoint declares (`longeval.rope`).
 
-    Reads only that key (config.json, `model.architecture`, `hf_overrides`), so a model whose shapes the planner
+    Reads only those keys (config.json, `model.architecture`, `hf_overrides`), so a model whose shapes the planner
     cannot parse still runs.
     """
+    overrides = model.engine_kwargs.get("hf_overrides")
+    check_rope_overrides(rope_config(model), overrides if isinstance(overrides, Mapping) else None)
     config = read_config_json(model.path) or {}
     merged = {**config, **(config.get("text_config") or {}), **model.architecture}
     overrides = model.engine_kwargs.get("hf_overrides")
@@ -480,6 +484,14 @@ def check_runnable(model: ModelConfig) -> None:
     if dca:
         trained = dca.get("original_max_position_embeddings") if isinstance(dca, Mapping) else None
         raise ConfigError(dual_chunk_refusal(_int_or_none(trained)))
+
+
+def rope_config(model: ModelConfig) -> dict[str, Any] | None:
+    """The checkpoint's rope settings: config.json with `model.architecture` on top (key by key), or None when
+    neither says the checkpoint's `rope_theta` (then only an override that carries its own base passes)."""
+    config = read_config_json(model.path)
+    merged = {**text_config(config or {}), **model.architecture}
+    return merged if checkpoint_theta(merged) is not None else None
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,8 @@ class ModelConfig:
     """Environment for the engine process (e.g. VLLM_CPU_KVCACHE_SPACE, VLLM_ATTENTION_BACKEND)."""
     architecture: dict[str, Any] = field(default_factory=dict)
     """The model's shapes for GPU planning (`longeval plan` with cluster.gpu), named as in its config.json:
-    num_hidden_layers, num_key_value_heads, head_dim, max_position_embeddings, rope_scaling,
+    num_hidden_layers, num_key_value_heads, head_dim, max_position_embeddings, rope_scaling, rope_parameters,
+    rope_theta (the base the rope check holds an hf_overrides rope dict to), model_type,
     dual_chunk_attention_config, num_attention_heads, hidden_size, intermediate_size, vocab_size,
     tie_word_embeddings, torch_dtype, plus num_parameters_b (billions; default: counted from the shapes).
     Wins key by key over `<model.path>/config.json`, so presets plan without the weights at hand."""

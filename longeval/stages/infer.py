@@ -176,6 +176,7 @@ class Replica:
         started = int(time.time())
         self.record = f"engines/{name.replace('/', '-')}-{self.info['host']}-{os.getpid()}-{started}.json"
         self.root.write_json(self.record, self.info)
+        self.engine.check_rotary()  # after the record: a refused engine leaves what vLLM built on disk
 
     def ready(self) -> dict:
         return self.info
