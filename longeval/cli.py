@@ -205,7 +205,7 @@ def _print_sizing(cfg, plan) -> None:
         table.add_column(col, overflow="fold")
     table.add_row("disk: instances", size(s.instances_bytes),
                   f"{s.calls:,} instances x bytes per instance, measured per task and length (longeval/"
-                  f"{sizing.FIGURES_FILE}): {s.instances_bytes / max(1, s.tokens):.2f} B per token on average")
+                  f"{sizing.FIGURES_FILE}): {s.instances_bytes / max(1, s.stored_tokens):.2f} B per token on average")
     table.add_row("disk: predictions", size(s.predictions_bytes),
                   f"{s.calls:,} rows x ({sizing.PREDICTION_ROW_DISK} B + {sizing.PREDICTION_DISK_PER_OUTPUT_TOKEN} B "
                   "per token of their full output budget)")
@@ -263,6 +263,8 @@ def _print_sizing(cfg, plan) -> None:
     if s.followup_tasks:
         console.print(f"  two-call tasks ({', '.join(s.followup_tasks)}): every instance counted with its second call "
                       "at the same length (an upper bound)")
+    if cfg.suite.adaptive:
+        console.print("  suite.adaptive: a cell stops once its interval decides, so these are the run's upper bounds")
     if cfg.cluster.gpu is None and cost is not None:
         console.print(f"  GPU figures as if on {s.gpus} x {s.gpu} (cluster.gpu is unset; cluster=<GPU preset> sizes "
                       "the real shape)")

@@ -1,24 +1,28 @@
 """Sizing before running: the disk, host memory, generation CPU and GPU time a planned suite takes on a cluster.
 
 Pure arithmetic on a `Plan`, like `longeval.capacity`: no Ray, no engine, no data. `longeval plan` prints it.
-Every figure is a measured constant times a count the plan knows (instances, tokens, shards, in-flight prompts),
-so each line of the output can be checked by hand:
+Every figure is a measured quantity times a count the plan knows (instances, shards, in-flight prompts), so each
+line of the output can be checked by hand:
 
-* **disk**: instances at bytes per instance measured per task (`TASK_FIGURES`: a fixed part plus a part per
-  token of the target length); predictions at their full output budget; scores; and the instance cache's copy.
+* **disk**: instances at the bytes per instance measured for their task and length (`TaskFigures`, from
+  `sizing_figures.json`); predictions at their full output budget; scores; the instance cache's copy.
 * **host memory**: the driver holds the suite's metadata (ids, lengths, references) and its predictions, never
   prompts; a replica holds the prompts in its engine (its in-flight window) and one instance shard read ahead;
   a generation actor holds the shard it is building. These are the bounds issue #22 sets for the data path:
-  they grow with the work in flight and with the number of instances, never with the suite's tokens.
-* **generation CPU**: CPU-seconds per instance measured per task, linear in the length, plus each actor's
-  first instance of a cell (the warm-up of its caches).
+  they grow with the work in flight and the number of instances, never with the suite's tokens.
+* **generation CPU**: CPU-seconds per instance measured for each task and length, plus each actor's first
+  instance of a cell (the warm-up of its caches), over `cluster.generate_parallelism` actors.
 * **GPU time and wall time**: `longeval.cost`'s roofline estimate of every call on its pool's replica shape,
   spread over the pool's GPUs; pools run one after the other, after generation.
 
-The per-task figures were measured by `benchmarks/sizing_figures.py` (real shards from the real generator,
-committed through `RunRoot.write_table`) with the SmolLM2 tokenizer; a tokenizer with longer tokens (Llama 3's)
-stores somewhat more text per token. A task without a measurement (the ones that need data files, plugins) is
-sized at the largest figure measured for any task, and the output says which tasks those are.
+The per-task figures come from `benchmarks/sizing_figures.py` (real shards from the real generator, committed
+through `RunRoot.write_table`) with SmolLM2's tokenizer and the default essay corpus. Two things move them: a
+tokenizer with longer tokens (Llama 3's) stores a little more text per token, and the default corpus is only
+about 104K tokens long, so longer essay haystacks repeat it and compress better; a corpus that does not repeat
+(`longeval data fetch-essays`) stores about 2.6-2.8 B per token (one essay instance per shard at 64K-96K, where
+the default corpus does not repeat either) instead of the 1.6 B measured at 1M. A task without measurements
+(those that need data files, plugins) is sized at the largest figure measured for any task, and `longeval plan`
+names them.
 """
 
 from __future__ import annotations
@@ -206,6 +210,8 @@ class Sizing:
     calls: int
     tokens: int
     """Target-length tokens of every instance (an upper bound on the prompts' tokens)."""
+    stored_tokens: int
+    """The same over every instance stored, follow-ups included: what the instances' bytes are spread over."""
     shards: int
     nodes: int
     instances_bytes: int
@@ -339,7 +345,7 @@ def size_suite(cfg: Config, plan: Plan) -> Sizing:
     actor_bytes = GENERATION_ACTOR_START_BYTES + max(
         (min(shard_size, c.instances) * c.length * c.figures.build_bytes_per_token for c in cells), default=0)
 
-    gpu_name = cfg.cluster.gpu or DEFAULT_GPU if arch is not None else None
+    gpu_name = (cfg.cluster.gpu or DEFAULT_GPU) if arch is not None else None
     gpus = cfg.cluster.num_gpus if cfg.cluster.gpu else cfg.cluster.gpus_per_node
     nodes = max(1, math.ceil(cfg.cluster.num_gpus / cfg.cluster.gpus_per_node)) if cfg.cluster.gpu else 1
     pools = tuple(_size_pool(cfg, pool, [c for c in cells if c.length in pool.lengths], arch, gpu_name, gpus,
@@ -349,13 +355,14 @@ def size_suite(cfg: Config, plan: Plan) -> Sizing:
                        "VLLM_CPU_KVCACHE_SPACE on CPU, or cluster.inflight)")
     return Sizing(
         instances=plan.instances, calls=calls, tokens=sum(c.instances * c.length for c in cells),
+        stored_tokens=sum(_calls(c) * c.length for c in cells),
         shards=len(plan.shards), nodes=nodes,
         instances_bytes=round(instances_bytes), predictions_bytes=round(predictions_bytes),
         scores_bytes=round(scores_bytes), cache_bytes=round(cache_bytes),
         driver_bytes=sum(driver_parts.values()), driver_parts=driver_parts,
         generation_actor_bytes=round(actor_bytes), generation_actors=actors,
         generation_cpu_s=cpu_s, generation_wall_s=cpu_s / actors,
-        pools=pools, gpu=gpu_name if arch is not None else None, gpus=gpus,
+        pools=pools, gpu=gpu_name, gpus=gpus,
         unmeasured=tuple(sorted({c.task for c in cells if c.task not in task_figures()})),
         followup_tasks=tuple(sorted({c.task for c in followups})),
         unknown=tuple(unknown),
