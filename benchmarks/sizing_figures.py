@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Measure what `longeval.sizing` extrapolates from, with the real generator and the store's real codec.
 
-Run from the repository root (about 30 minutes on 2 cores; the 256K-1M shards dominate):
+Run from the repository root (about 10 minutes on 2 cores; the 256K-1M shards dominate):
 
     .venv/bin/python benchmarks/sizing_figures.py --write       # measure, write longeval/sizing_figures.json
     .venv/bin/python benchmarks/sizing_figures.py --tasks ruler/vt ruler/cwe --lengths 4096 131072 --n 5

@@ -3,6 +3,9 @@ by the in-flight window, never by the suite's size)."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from longeval import sizing
@@ -153,3 +156,42 @@ def test_measured_figures_are_for_registered_tasks_and_grow_with_length():
         assert f.disk(1048576) > f.disk(f.lengths[0]) > 0 and f.cpu(1048576) > 0 and f.build_bytes_per_token > 0
     assert sizing.PYLIST_BYTES_PER_TOKEN > sizing.IDS_ARROW_BYTES_PER_TOKEN
     assert "benchmarks/sizing_figures.py" in sizing.measured_on()
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
+UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "h": 3600, "GPU-h": 3600}
+SUITES = {
+    "(a)": ["model=llama31_8b", "suite=ruler", "cluster=a100_80gb"],
+    "(b)": ["model=ultralong8b_1m", "suite=ruler", "cluster=a100_80gb",
+            "suite.lengths=[4096,8192,16384,32768,65536,131072,262144,524288,1048576]"],
+    "(c)": ["model=ultralong8b_1m", "suite=michelangelo_1m", "cluster=a100_80gb"],
+}
+
+
+def _documented(block: str, label: str) -> object:
+    """The figure of row `label` as a value with the precision it is written to (1.1 GiB: 1.05 to 1.15 GiB)."""
+    found = re.search(rf"^\| {re.escape(label)} \| ([\d.,]+) ({'|'.join(UNITS)})\b", block, re.MULTILINE)
+    assert found, f"docs/operations.md has no row {label!r} for this suite"
+    number, unit = found.group(1).replace(",", ""), UNITS[found.group(2)]
+    decimals = len(number.partition(".")[2])
+    return pytest.approx(float(number) * unit, abs=0.5 * 10**-decimals * unit * 1.001)
+
+
+@pytest.mark.parametrize("suite", list(SUITES))
+def test_the_docs_sizing_tables_are_what_longeval_plan_prints(suite):
+    """docs/operations.md ("Three suites on 8 x A100 80GB") shows `longeval plan`'s figures: re-measured figures
+    (benchmarks/sizing_figures.py --write) or a changed model mean updating those tables."""
+    text = DOCS.read_text(encoding="utf-8")
+    start = text.index(f"**{suite} ")
+    end = min((text.index(f"**{other} ") for other in SUITES if text.index(f"**{other} ") > start), default=len(text))
+    block = text[start:end]
+    cfg = load_config(SUITES[suite])
+    s = size_suite(cfg, make_plan(cfg, check_data=False))
+    pool = s.pools[-1]
+    for label, value in (("disk: instances", s.instances_bytes), ("disk: total", s.disk_bytes),
+                         ("memory: driver", s.driver_bytes), ("memory: generation actor", s.generation_actor_bytes),
+                         ("memory: head node", max(s.replica_node_bytes, s.generation_node_bytes) + s.driver_bytes),
+                         ("GPU", s.gpu_cost.gpu_seconds), ("wall time", s.wall_s)):
+        assert value == _documented(block, label), label
+    longest = f"memory: replica, {'32K–128K' if pool.longest == 131072 else '256K–1M'} pool"
+    assert pool.replica_bytes == _documented(block, longest)
