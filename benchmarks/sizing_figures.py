@@ -22,8 +22,8 @@ Once: predictions and scores of synthetic rows through the same codec (outputs a
 default essay corpus, decoded), and the RSS of a fresh process that imported Ray, Ray Data and the pipeline.
 
 `--write` stores the per-task tables in longeval/sizing_figures.json with the run's provenance; the scalar
-figures printed at the end are named constants in longeval/sizing.py. benchmarks/README.md ("Sizing figures")
-has the last run.
+figures printed at the end are named constants in longeval/sizing.py. benchmarks/README.md (`sizing_figures.py`)
+has the last run; docs/operations.md ("Sizing") how `longeval plan` uses them.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ FIGURES_FILE = "sizing_figures.json"
 @dataclass(frozen=True)
 class TaskFigures:
     """One task's measured costs per instance at the lengths it was measured at; linear in the length between
-    them, the last segment's slope beyond, and the shortest length's value below (every figure grows with length).
+    them, the last segment's slope beyond, and the shortest length's value below (the figures grow with length).
 
     Measured, not fitted, because they are not linear: a shard's instances share their haystack, so short ones
     compress together within a Parquet page (an essay NIAH instance: 0.45 B per token at 32K, 2.1 at 128K), and
@@ -130,7 +130,7 @@ def figures_for(task: str) -> TaskFigures:
     )
 
 
-# Scalar figures, printed by the same run of benchmarks/sizing_figures.py (benchmarks/README.md, "Sizing figures").
+# Scalar figures, printed by the same run of benchmarks/sizing_figures.py (benchmarks/README.md, `sizing_figures.py`).
 
 PYLIST_BYTES_PER_TOKEN = 40.9
 """A prompt's token ids as a list of Python ints, as `Replica._requests` builds them: 8 B pointers and 32 B int
