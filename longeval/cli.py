@@ -190,28 +190,100 @@ def cmd_plan(overrides: list[str]) -> None:
         if over:
             console.print(f"  lengths {over} exceed the model's max_model_len: recorded as prompt_too_long "
                           f"(suite.allow_too_long)")
-    if arch is not None:
-        _print_gpu_hours(cfg, arch, groups)
+    _print_sizing(cfg, plan)
 
 
-def _print_gpu_hours(cfg, arch, groups: dict) -> None:
-    """The sweep's GPU-hours by longeval.cost's roofline model, every prompt at its full length budget."""
-    from longeval.cost import DEFAULT_GPU, Cost, call_cost, replica_shape
-    from longeval.tasks import get_task
+def _print_sizing(cfg, plan) -> None:
+    """The sizing block (`longeval.sizing`): disk, host memory per node, generation CPU, GPU time and wall time,
+    each with the arithmetic behind it, and the figures it cannot give with why."""
+    from longeval import sizing
+    from longeval.capacity import format_bytes as size
 
-    gpu = cfg.cluster.gpu or DEFAULT_GPU
-    total = Cost()
-    for (task, length), shards in groups.items():
-        budget = get_task(task, cfg.suite.params).max_new_tokens
-        tp, kv = replica_shape(arch, gpu, cfg.model, length, gpus_per_node=cfg.cluster.gpus_per_node,
-                               num_gpus=cfg.cluster.num_gpus or cfg.cluster.gpus_per_node)
-        one = call_cost(arch, gpu, prompt_tokens=max(1, length - budget), output_tokens=budget,
-                        tensor_parallel_size=tp, kv_cache_tokens=kv)
-        calls = sum(s.stop - s.start for s in shards)
-        total += Cost(one.prefill_s * calls, one.decode_s * calls)
-    console.print(f"estimated GPU time on {gpu}: {total.gpu_hours:,.2f} GPU-hours ({total.prefill_s / 3600:,.2f} "
-                  f"prefill, {total.decode_s / 3600:,.2f} decode), every prompt at its length and full output "
-                  "budget (longeval.cost: a roofline estimate, good to about 1.5x)")
+    s = sizing.size_suite(cfg, plan)
+    shape = (f"{cfg.cluster.num_gpus} x {cfg.cluster.gpu} on {s.nodes} node(s)" if cfg.cluster.gpu
+             else f"cluster {cfg.cluster.name} (no cluster.gpu)")
+    table = Table(title=f"sizing: {s.instances:,} instances, {s.tokens:,} tokens, {s.shards:,} shards, {shape}")
+    for col in ("figure", "value", "arithmetic"):
+        table.add_column(col, overflow="fold")
+    table.add_row("disk: instances", size(s.instances_bytes),
+                  f"{s.calls:,} instances x bytes per instance, measured per task and length (longeval/"
+                  f"{sizing.FIGURES_FILE}): {s.instances_bytes / max(1, s.stored_tokens):.2f} B per token on average")
+    table.add_row("disk: predictions", size(s.predictions_bytes),
+                  f"{s.calls:,} rows x ({sizing.PREDICTION_ROW_DISK} B + {sizing.PREDICTION_DISK_PER_OUTPUT_TOKEN} B "
+                  "per token of their full output budget)")
+    table.add_row("disk: scores", size(s.scores_bytes), f"{s.instances:,} rows x {sizing.SCORE_ROW_DISK} B")
+    table.add_row("disk: instance cache", size(s.cache_bytes),
+                  "a second copy of the instances (store.cache_instances)" if s.cache_bytes else
+                  "store.cache_instances=false")
+    table.add_row("disk: total", size(s.disk_bytes), "")
+    table.add_row("memory: driver", size(s.driver_bytes),
+                  " + ".join(f"{name} {size(n)}" for name, n in s.driver_parts.items())
+                  + f" ({s.calls:,} rows of metadata, predictions and scores; never prompts)")
+    for p in s.pools:
+        label = f"memory: replica, {p.name} (<= {p.longest:,} tokens)"
+        if p.replica_bytes is None:
+            table.add_row(label, "unknown", "max_num_seqs unknown (below)")
+            continue
+        seqs = f" (2 x max_num_seqs {p.max_num_seqs})" if p.max_num_seqs and not cfg.cluster.inflight else ""
+        table.add_row(label, size(p.replica_bytes),
+                      f"{p.window} prompts in flight{seqs} x {p.longest:,} tokens x "
+                      f"{sizing.PYLIST_BYTES_PER_TOKEN + sizing.ENGINE_BYTES_PER_TOKEN:.1f} B (the replica's and "
+                      f"vLLM's copies of the ids) + one shard read ahead {size(p.read_ahead_bytes)} + vLLM's input "
+                      f"batch; {p.replicas_per_node} per node")
+    table.add_row("memory: generation actor", size(s.generation_actor_bytes),
+                  f"{size(sizing.GENERATION_ACTOR_START_BYTES)} (tokenizer, corpora) + the largest shard being built "
+                  f"at its measured bytes per token; {s.generation_actors} actors (cluster.generate_parallelism)")
+    replicas = s.replica_node_bytes
+    busiest = max(replicas or 0, s.generation_node_bytes)
+    phases = (f"replicas {size(replicas) if replicas is not None else 'unknown'} or generation actors "
+              f"{size(s.generation_node_bytes)}, never at once; engine processes' own memory (CUDA, torch) not counted")
+    table.add_row("memory: head node, at most", size(busiest + s.driver_bytes), f"the driver + {phases}")
+    if s.nodes > 1:
+        table.add_row("memory: other nodes, at most", size(busiest), phases)
+    table.add_row("generation", _hours(s.generation_cpu_s, "CPU-h"),
+                  f"CPU-seconds per instance measured per task and length, + each actor's warm-up per cell; "
+                  f"{_hours(s.generation_wall_s, 'h')} on {s.generation_actors} actors")
+    for p in s.pools:
+        if p.cost is not None and p.wall_s is not None:
+            table.add_row(f"GPU: {p.name} ({', '.join(f'{n:,}' for n in p.lengths)})", _hours(p.cost.gpu_seconds,
+                          "GPU-h"), f"{p.calls:,} calls on {p.replicas} replica(s) x TP {p.tensor_parallel_size}: "
+                          f"{_hours(p.wall_s, 'h')} wall")
+    cost, wall = s.gpu_cost, s.wall_s
+    if cost is not None and wall is not None:
+        table.add_row(f"GPU: total on {s.gpu}", _hours(cost.gpu_seconds, "GPU-h"),
+                      f"prefill {_hours(cost.prefill_s, 'GPU-h')} + decode {_hours(cost.decode_s, 'GPU-h')} "
+                      "(longeval.cost, every call at its length and full output budget)")
+        table.add_row("wall time", _hours(wall, "h"),
+                      f"generation {_hours(s.generation_wall_s, 'h')} + the pools one after the other "
+                      f"{_hours(wall - s.generation_wall_s, 'h')} (engine start-up and scoring not counted)")
+    console.print(table)
+    for why in s.unknown:
+        console.print(Text(f"  cannot size: {why}", style="yellow"))
+    if s.unmeasured:
+        console.print(f"  no measured figures for {', '.join(s.unmeasured)}: sized at the largest figure measured for "
+                      "any task (an upper bound)")
+    if s.followup_tasks:
+        console.print(f"  two-call tasks ({', '.join(s.followup_tasks)}): every instance counted with its second call "
+                      "at the same length (an upper bound)")
+    if cfg.suite.adaptive:
+        console.print("  suite.adaptive: a cell stops once its interval decides, so these are the run's upper bounds")
+    if cfg.cluster.gpu is None and cost is not None:
+        console.print(f"  GPU figures as if on {s.gpus} x {s.gpu} (cluster.gpu is unset; cluster=<GPU preset> sizes "
+                      "the real shape)")
+    console.print(f"  measured: {sizing.measured_on()}; the arithmetic: longeval/sizing.py, docs/operations.md "
+                  "(Sizing)")
+    if cost is not None:
+        console.print(f"estimated GPU time on {s.gpu}: {cost.gpu_hours:,.2f} GPU-hours ({cost.prefill_s / 3600:,.2f} "
+                      f"prefill, {cost.decode_s / 3600:,.2f} decode), every prompt at its length and full output "
+                      "budget (longeval.cost: a roofline estimate, good to about 1.5x)")
+
+
+def _hours(seconds: float, unit: str) -> str:
+    """Hours with two decimals, and minutes or seconds beside them when under an hour: `0.13 CPU-h (8 min)`."""
+    if seconds >= 3600:
+        return f"{seconds / 3600:,.2f} {unit}"
+    return f"{seconds / 3600:.2f} {unit} ({seconds / 60:.0f} min)" if seconds >= 60 else \
+        f"{seconds / 3600:.2f} {unit} ({seconds:.0f} s)"
 
 
 def cmd_models(args: argparse.Namespace) -> None:

@@ -41,6 +41,29 @@ def test_plan_estimates_gpu_hours_and_they_grow_with_length(capsys, tmp_path):
     assert hours[0] > 0 and hours[1] > 32 * hours[0]  # one 128K prompt costs more than 32 of 4K
 
 
+def test_plan_prints_the_sizing_block_for_the_quick_suite(capsys, tmp_path, smollm2_path):
+    """Disk, host memory, generation CPU, GPU time and wall time, each with its arithmetic (longeval.sizing)."""
+    code, text = _run(capsys, "plan", f"store.root={tmp_path}")
+    assert code == 0
+    assert "sizing: 66 instances, 157,696 tokens, 33 shards, cluster local" in text  # quick: 11 tasks x 3 lengths x 2
+    for figure in ("disk: instances", "disk: predictions", "disk: scores", "disk: instance cache", "disk: total",
+                   "memory: driver", "memory: replica, pool0 (<= 4,096 tokens)", "memory: generation actor",
+                   "memory: head node, at most", "generation", "GPU: total on a100_80gb", "wall time"):
+        assert f"│ {figure}" in text, figure
+    assert "22 prompts in flight (2 x max_num_seqs 11) x 4,096 tokens" in text  # the window of the plan above
+    assert "GPU figures as if on 8 x a100_80gb (cluster.gpu is unset" in text
+    assert "measured: benchmarks/sizing_figures.py on" in text
+    assert not any(tmp_path.iterdir())
+
+
+def test_plan_says_which_figures_it_cannot_size_without_the_architecture(capsys, tmp_path):
+    code, text = _run(capsys, "plan", "model=tiny_random", "model.path=/nowhere/model", f"store.root={tmp_path}")
+    assert code == 0
+    assert "cannot size: GPU-hours, wall time and replica memory: the architecture of 'tiny-random' is unknown" in text
+    assert "│ disk: instances" in text and "│ memory: replica, pool0 (<= 4,096 tokens) │ unknown" in text
+    assert "GPU: total" not in text and "estimated GPU time" not in text
+
+
 def test_plan_refuses_a_length_beyond_max_model_len(capsys, tmp_path):
     code, text = _run(capsys, "plan", "suite=ruler", "suite.tasks=[vt]", "suite.lengths=[4096,131072]",
                       f"store.root={tmp_path}")
