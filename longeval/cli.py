@@ -213,8 +213,8 @@ def _print_sizing(cfg, plan) -> None:
                   "per token of their full output budget)")
     table.add_row("disk: scores", size(s.scores_bytes), f"{s.instances:,} rows x {sizing.SCORE_ROW_DISK} B")
     table.add_row("disk: instance cache", size(s.cache_bytes),
-                  "a second copy of the instances (store.cache_instances)" if s.cache_bytes else
-                  "store.cache_instances=false")
+                  "a second copy of the instances (store.cache_instances on S3: server-side copies)" if s.cache_bytes
+                  else "hard links to the run root's files (local disk), or store.cache_instances=false")
     table.add_row("disk: total", size(s.disk_bytes), "")
     table.add_row("memory: driver", size(s.driver_bytes),
                   " + ".join(f"{name} {size(n)}" for name, n in s.driver_parts.items())

@@ -36,6 +36,7 @@ from importlib import resources
 from longeval.capacity import GIB, MIB, ModelArch, find_model_arch, kv_cache_tokens
 from longeval.config import Config
 from longeval.cost import DEFAULT_GPU, Cost, call_cost, replica_shape
+from longeval.instance_cache import cache_uri
 from longeval.plan import Plan, Pool, size_pool, suite_seq_tokens
 from longeval.tasks import get_task
 from longeval.tasks.base import output_budget
@@ -170,9 +171,11 @@ SCORE_ROW_DISK = 7.6
 """Bytes on disk per score row (measured: 2,000 rows in one table, as the scores stage writes them)."""
 SCORE_ROW_ARROW = 142.4
 """Arrow bytes per score row (measured)."""
-INSTANCE_CACHE_COPIES = 1.0
-"""Extra copies of the instances stage the instance cache keeps: today `InstanceCache.save` writes every shard a
-second time under its content key (issue #22 item 5: 2.6 GB of instances become 5.2 GB)."""
+def instance_cache_copies(cache: str) -> float:
+    """Extra copies of the instances stage the instance cache keeps: none on a local disk, where the cache and the
+    run root hard-link one file (`Location.copy`; measured +0.24 %, its folders), a whole one on S3, where a
+    server-side copy is a second object."""
+    return 1.0 if cache.startswith("s3://") else 0.0
 
 
 # -- the result ---------------------------------------------------------------------------------------------
@@ -320,7 +323,8 @@ def size_suite(cfg: Config, plan: Plan) -> Sizing:
                             * _prediction_disk(c.followup_budget) for c in cells)
     calls = sum(_calls(c) for c in cells)
     scores_bytes = plan.instances * SCORE_ROW_DISK
-    cache_bytes = instances_bytes * INSTANCE_CACHE_COPIES if cfg.store.cache_instances else 0
+    cache_at = cache_uri(cfg.store.root, cfg.store.instance_cache)
+    cache_bytes = instances_bytes * instance_cache_copies(cache_at) if cfg.store.cache_instances else 0
 
     # The driver: its process and Ray's, the scoring join (metadata + latest prediction per row) and the scores;
     # two-call tasks build their second calls' instances on the driver.

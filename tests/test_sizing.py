@@ -40,7 +40,10 @@ def test_disk_is_instances_times_bytes_per_instance_and_grows_linearly(round_fig
     _, _, s = _size("suite.tasks=[vt]", "suite.lengths=[4096,8192]", "suite.samples=50")
     assert s.instances_bytes == 50 * (100 + 4096) + 50 * (100 + 8192)
     assert s.tokens == 50 * 4096 + 50 * 8192
-    assert s.cache_bytes == s.instances_bytes * sizing.INSTANCE_CACHE_COPIES  # the cache's second copy
+    assert s.cache_bytes == 0  # a local cache hard-links the run root's files
+    _, _, on_s3 = _size("suite.tasks=[vt]", "suite.lengths=[4096,8192]", "suite.samples=50",
+                        "store.root=s3://bucket/runs")
+    assert on_s3.cache_bytes == on_s3.instances_bytes  # on S3 a server-side copy is a second object
     budget = get_task("ruler/vt").max_new_tokens
     row = sizing.PREDICTION_ROW_DISK + sizing.PREDICTION_DISK_PER_OUTPUT_TOKEN * budget
     assert s.predictions_bytes == round(100 * row)
