@@ -150,6 +150,9 @@ class StandInEngine:
                     "references back, the rest a wrong answer. For scale work only.",
                     100 * self.settings.right_fraction)
 
+    def check_rotary(self) -> None:
+        """Nothing to check: no model runs, so no rotary embedding was built (`VllmEngine.check_rotary`)."""
+
     def stream(self, requests: Iterable[Request], *, inflight: int | None = None) -> Iterator[list[dict]]:
         """Run every request; after each step, yield the prediction rows that finished in it (as `VllmEngine`).
 
