@@ -70,6 +70,8 @@ GIB = 1024**3
 MIB = 1024**2
 DRIVER_STATS_ENV = "LONGEVAL_SCALE_DRIVER_STATS"
 SHARD_SIZE = 25
+MACHINE_RESERVE = int(1.5 * 1024**3)
+"""A stage is stopped when the machine's available memory falls below this, whatever its own limit."""
 
 
 # -- the driver: a `longeval` command that reports its own peak memory and reads --------------------------------
@@ -196,8 +198,15 @@ class Sampler(threading.Thread):
             record.peak_rss = max(record.peak_rss, _proc(proc.pid, "status", "VmHWM"), rss)
             record.rchar = max(record.rchar, rchar)
         self.total_peak = max(self.total_peak, total)
-        if total > self.limit and not self.aborted:
+        if self.aborted:
+            return
+        available = psutil.virtual_memory().available
+        if total > self.limit:
             self.aborted = f"aborted: its processes held {total / GIB:.1f} GiB (--memory-limit-gb {self.limit / GIB:g})"
+        elif available < MACHINE_RESERVE:  # other jobs share the machine: never let it run out
+            self.aborted = (f"aborted: the machine had {available / GIB:.1f} GiB left (its processes held "
+                            f"{total / GIB:.1f} GiB)")
+        if self.aborted:
             kill_tree(tree)
 
     def by_kind(self) -> dict[str, dict[str, float]]:
@@ -471,6 +480,7 @@ class Harness:
         from tests.s3server import _free_ports, start_seaweedfs
 
         (port,) = _free_ports(1)
+        shutil.rmtree(self.workdir / "seaweedfs", ignore_errors=True)  # a fresh server: its log is counted from 0
         self.server = start_seaweedfs(self.workdir / "seaweedfs", bucket="longeval-scale",
                                       extra_args=[f"-metricsPort={port}"], verbosity=2)
         self.meter = S3Meter(self.server, port)
@@ -478,6 +488,8 @@ class Harness:
     def close(self) -> None:
         if self.server is not None:
             self.server.stop()
+            if not self.args.keep:
+                shutil.rmtree(self.workdir / "seaweedfs" / "data", ignore_errors=True)
         shutil.rmtree(self.scratch, ignore_errors=True)
 
     def env(self, store: str) -> dict[str, str]:
@@ -752,9 +764,9 @@ def stage_table(run: RunFigures) -> Any:
              f"{run.wall_s:.0f} s")
     table = Table(title=title, title_justify="left")
     columns = ["stage", "status", "wall s", "driver peak", "gen peak", "replica peak", "scorer peak", "ray other",
-               "files", "data files", "driver read" if run.store == "s3" else "driver store read"]
-    columns += ["S3 req", "files touched", "req/file", "LIST (max/prefix)", "S3 sent"] if run.store == "s3" else [
-        "workers read"]
+               "files", "data files"]
+    columns += (["S3 req", "files touched", "req/file", "LIST (max/prefix)", "S3 sent"] if run.store == "s3"
+                else ["driver store read", "workers read"])
     for col in columns:
         table.add_column(col, justify="left" if col in ("stage", "status") else "right")
     for s in run.stages:
@@ -768,8 +780,7 @@ def stage_table(run: RunFigures) -> Any:
 
         row = [s.stage, "ok" if s.status == "ok" else s.status[:40], f"{s.wall_s:.1f}", _size(s.driver_peak_rss),
                peak("generate"), peak("replica"), peak("scorer"), peak("ray (other)"),
-               str(sum(s.files_written.values())), str(s.data_files_written),
-               _size(s.driver_store_read if run.store == "local" else s.driver_rchar)]
+               str(sum(s.files_written.values())), str(s.data_files_written)]
         if run.store == "s3":
             q = s.s3
             row += [str(q.get("requests", "")), str(q.get("files_touched", "")),
@@ -777,7 +788,7 @@ def stage_table(run: RunFigures) -> Any:
                     f"{q.get('list_requests', '')} ({q.get('most_listings_of_one_prefix', '')})",
                     _size(q.get("bytes_sent", 0))]
         else:
-            row.append(_size(sum(k["rchar"] for k in s.kinds.values())))
+            row += [_size(s.driver_store_read), _size(sum(k["rchar"] for k in s.kinds.values()))]
         table.add_row(*row)
     return table
 
@@ -810,8 +821,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="engine pools: lengths up to each edge (cluster.bucket_edges)")
     parser.add_argument("--step-s", type=float, default=0.08, help="the stand-in's seconds per engine step")
     parser.add_argument("--rows-per-step", type=int, default=4, help="rows the stand-in finishes per step")
-    parser.add_argument("--memory-limit-gb", type=float, default=14.0,
-                        help="kill a stage whose processes hold more than this together")
+    parser.add_argument("--memory-limit-gb", type=float, default=None,
+                        help="kill a stage whose processes hold more than this together (default: 80 %% of the memory "
+                             "available at the start)")
     parser.add_argument("--stage-timeout-s", type=float, default=3600.0)
     parser.add_argument("--sample-s", type=float, default=0.2, help="process sampling interval")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a new folder under /tmp")
@@ -827,6 +839,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["_driver"]:
         return driver_main(argv[1:])
     args = parse_args(argv)
+    if args.memory_limit_gb is None:
+        import psutil
+
+        args.memory_limit_gb = round(0.8 * psutil.virtual_memory().available / GIB, 1)
     from rich.console import Console
 
     console = Console(width=None if sys.stdout.isatty() else 240)
@@ -852,6 +868,7 @@ def main(argv: list[str] | None = None) -> int:
                           args.step_s, args.rows_per_step, squad, hotpot)
             for store in args.store:
                 console.print(stage_table(harness.run(shape, scale, store)))
+                write_json(args, harness.runs)  # after every run: a long invocation cut short keeps its figures
     finally:
         harness.close()
     verdicts = judge(harness.runs)
@@ -860,12 +877,18 @@ def main(argv: list[str] | None = None) -> int:
     console.print(verdict_table(verdicts))
     console.print(f"load average at the end {os.getloadavg()[0]:.1f}")
     if args.json:
-        args.json.write_text(json.dumps({"args": {k: str(v) if isinstance(v, Path) else v
-                                                  for k, v in vars(args).items()},
-                                         "runs": [asdict(r) for r in harness.runs],
-                                         "targets": [asdict(v) for v in verdicts]}, indent=2, default=str))
+        write_json(args, harness.runs, verdicts)
         console.print(f"figures: {args.json}")
     return 0
+
+
+def write_json(args: argparse.Namespace, runs: list[RunFigures], verdicts: list[Verdict] | None = None) -> None:
+    """Every figure, and the targets' verdicts, to `--json`."""
+    if args.json:
+        options = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+        args.json.write_text(json.dumps({"args": options, "runs": [asdict(r) for r in runs],
+                                         "targets": [asdict(v) for v in verdicts or judge(runs)]},
+                                        indent=2, default=str))
 
 
 if __name__ == "__main__":
