@@ -755,23 +755,20 @@ def _size(value: float) -> str:
     return f"{value / 1024:.0f} K" if value else "0"
 
 
-def stage_table(run: RunFigures) -> Any:
-    from rich.table import Table
-
+def stage_rows(run: RunFigures) -> tuple[str, list[str], list[list[str]]]:
+    """A run's title, columns and one row per stage (for the terminal and for Markdown)."""
     label = f"{run.scale}x" if run.scale else "baseline"
     title = (f"{label} on {run.store}: {run.tasks} tasks x {len(run.lengths)} lengths x {run.samples} samples "
              f"= {run.instances:,} instances in {run.instance_shards:,} shards ({_size(run.instance_bytes)}B); "
              f"{run.wall_s:.0f} s")
-    table = Table(title=title, title_justify="left")
     columns = ["stage", "status", "wall s", "driver peak", "gen peak", "replica peak", "scorer peak", "ray other",
                "files", "data files"]
     columns += (["S3 req", "files touched", "req/file", "LIST (max/prefix)", "S3 sent"] if run.store == "s3"
                 else ["driver store read", "workers read"])
-    for col in columns:
-        table.add_column(col, justify="left" if col in ("stage", "status") else "right")
+    rows = []
     for s in run.stages:
         if s.status.startswith("skipped"):
-            table.add_row(s.stage, "skipped", *[""] * (len(columns) - 2))
+            rows.append([s.stage, "skipped", *[""] * (len(columns) - 2)])
             continue
 
         def peak(kind: str, s: StageFigures = s) -> str:
@@ -789,8 +786,46 @@ def stage_table(run: RunFigures) -> Any:
                     _size(q.get("bytes_sent", 0))]
         else:
             row += [_size(s.driver_store_read), _size(sum(k["rchar"] for k in s.kinds.values()))]
+        rows.append(row)
+    return title, columns, rows
+
+
+def stage_table(run: RunFigures) -> Any:
+    from rich.table import Table
+
+    title, columns, rows = stage_rows(run)
+    table = Table(title=title, title_justify="left")
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("stage", "status") else "right")
+    for row in rows:
         table.add_row(*row)
     return table
+
+
+def _markdown(columns: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return "\n".join(lines + ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows])
+
+
+def markdown(runs: list[RunFigures], verdicts: list[Verdict]) -> str:
+    """The same tables as the terminal's, as Markdown (for benchmarks/README.md)."""
+    parts = []
+    for run in runs:
+        title, columns, rows = stage_rows(run)
+        parts += [f"**{title}**", "", _markdown(columns, rows), ""]
+    parts += ["**targets**", "", _markdown(["store", "target", "measured", "met"], [
+        [v.store, v.target, ", ".join(f"{k}: {x}" for k, x in v.measured.items()),
+         "met" if v.met else ("not met" if v.met is False else "n/a")] for v in verdicts])]
+    return "\n".join(parts) + "\n"
+
+
+def load_runs(path: Path) -> list[RunFigures]:
+    """The runs of a `--json` file, as figures again."""
+    runs = []
+    for raw in json.loads(path.read_text())["runs"]:
+        stages = [StageFigures(**stage) for stage in raw.pop("stages")]
+        runs.append(RunFigures(**raw, stages=stages))
+    return runs
 
 
 def verdict_table(verdicts: list[Verdict]) -> Any:
@@ -831,6 +866,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="skip the baseline run (one instance per task), whose driver reads are subtracted")
     parser.add_argument("--keep", action="store_true", help="keep local run roots (S3 data goes with the server)")
     parser.add_argument("--json", type=Path, default=None, help="write every figure to this file")
+    parser.add_argument("--markdown", type=Path, default=None, help="also write the tables as Markdown")
+    parser.add_argument("--render", type=Path, default=None,
+                        help="run nothing: print (and --markdown) the tables of an earlier --json file")
     return parser.parse_args(argv)
 
 
@@ -839,6 +877,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["_driver"]:
         return driver_main(argv[1:])
     args = parse_args(argv)
+    if args.render:
+        return render(args)
     if args.memory_limit_gb is None:
         import psutil
 
@@ -879,6 +919,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         write_json(args, harness.runs, verdicts)
         console.print(f"figures: {args.json}")
+    if args.markdown:
+        args.markdown.write_text(markdown(harness.runs, verdicts))
+    return 0
+
+
+def render(args: argparse.Namespace) -> int:
+    """`--render`: the tables and verdicts of a finished invocation, from its JSON."""
+    from rich.console import Console
+
+    console = Console(width=None if sys.stdout.isatty() else 240)
+    runs = load_runs(args.render)
+    verdicts = judge(runs)
+    for run in runs:
+        console.print(stage_table(run))
+    console.print(verdict_table(verdicts))
+    if args.markdown:
+        args.markdown.write_text(markdown(runs, verdicts))
     return 0
 
 
