@@ -202,10 +202,9 @@ class Sampler(threading.Thread):
             return
         available = psutil.virtual_memory().available
         if total > self.limit:
-            self.aborted = f"aborted: its processes held {total / GIB:.1f} GiB (--memory-limit-gb {self.limit / GIB:g})"
+            self.aborted = f"aborted: held {total / GIB:.1f} GiB > limit {self.limit / GIB:g}"
         elif available < MACHINE_RESERVE:  # other jobs share the machine: never let it run out
-            self.aborted = (f"aborted: the machine had {available / GIB:.1f} GiB left (its processes held "
-                            f"{total / GIB:.1f} GiB)")
+            self.aborted = f"aborted: held {total / GIB:.1f} GiB, machine low ({available / GIB:.1f} GiB left)"
         if self.aborted:
             kill_tree(tree)
 
@@ -564,7 +563,7 @@ class Harness:
             try:
                 code = proc.wait(timeout=self.args.stage_timeout_s)
             except subprocess.TimeoutExpired:
-                sampler.aborted = f"aborted: over --stage-timeout-s {self.args.stage_timeout_s:g}"
+                sampler.aborted = f"aborted: over {self.args.stage_timeout_s:g} s"
                 import psutil
 
                 kill_tree([psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)])
@@ -661,8 +660,9 @@ def _growth(small: float, big: float) -> float:
 
 
 def stage_max(run: RunFigures, fn: Callable[[StageFigures], float], stages: tuple[str, ...] = STAGES) -> float:
-    """The largest figure over a run's finished stages."""
-    return max((fn(s) for s in run.stages if s.stage in stages and s.status == "ok"), default=0.0)
+    """The largest figure over a run's stages that ran (an aborted stage's figures are those until it was killed)."""
+    return max((fn(s) for s in run.stages if s.stage in stages and not s.status.startswith("skipped")),
+               default=0.0)
 
 
 def per_run(name: str, store: str, runs: list[RunFigures], value: Callable[[RunFigures], float], limit: float,
@@ -670,22 +670,24 @@ def per_run(name: str, store: str, runs: list[RunFigures], value: Callable[[RunF
     """A target judged on each run alone: met when every run's figure is within `limit` (an aborted run misses)."""
     measured, met = {}, True
     for run in runs:
-        if run.aborted:
-            measured[f"{run.scale}x"], met = f"n/a ({run.aborted[:70]})", False
-            continue
         figure = value(run)
         measured[f"{run.scale}x"] = shown(figure)
         met = met and figure <= limit
+        if run.aborted:  # the figures of what ran; the run itself misses
+            measured[f"{run.scale}x"] += f" ({run.aborted})"
+            met = False
     return Verdict(name, store, measured, met)
 
 
 def growth(name: str, store: str, small: RunFigures, big: RunFigures, fn: Callable[[StageFigures], float]) -> Verdict:
     """A figure's growth from the smallest to the largest scale, at most 10 %."""
-    if big.aborted or small.aborted:
-        return Verdict(name, store, {"growth": f"n/a ({(big.aborted or small.aborted)[:70]})"}, False)
     a, b = stage_max(small, fn), stage_max(big, fn)
-    return Verdict(name, store, {f"{small.scale}x": f"{a / MIB:.0f} MiB", f"{big.scale}x": f"{b / MIB:.0f} MiB",
-                                 "growth": f"{100 * _growth(a, b):+.0f} %"}, _growth(a, b) <= 0.10)
+    measured = {f"{small.scale}x": f"{a / MIB:.0f} MiB", f"{big.scale}x": f"{b / MIB:.0f} MiB",
+                "growth": f"{100 * _growth(a, b):+.0f} %"}
+    if big.aborted or small.aborted:  # a figure of an aborted stage is where it was killed: at least that
+        measured["growth"] += f" or more ({big.aborted or small.aborted})"
+        return Verdict(name, store, measured, False)
+    return Verdict(name, store, measured, _growth(a, b) <= 0.10)
 
 
 METADATA_STAGES = ("plan", "score", "report", "html", "resume")
@@ -775,7 +777,7 @@ def stage_rows(run: RunFigures) -> tuple[str, list[str], list[list[str]]]:
             k = s.kinds.get(kind)
             return f"{_size(k['peak_rss_max'])} x{int(k['processes'])}" if k else ""
 
-        row = [s.stage, "ok" if s.status == "ok" else s.status[:40], f"{s.wall_s:.1f}", _size(s.driver_peak_rss),
+        row = [s.stage, s.status[:60], f"{s.wall_s:.1f}", _size(s.driver_peak_rss),
                peak("generate"), peak("replica"), peak("scorer"), peak("ray (other)"),
                str(sum(s.files_written.values())), str(s.data_files_written)]
         if run.store == "s3":
