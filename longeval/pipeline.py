@@ -39,7 +39,7 @@ def run(cfg: Config, *, stages: Iterable[str] = STAGES, progress=None) -> RunRes
                           "scores: run generate and infer together (`longeval run`)")
     model_path = str(resolve_model_path(cfg.model.path))
     plan = make_plan(cfg)
-    root = RunRoot(cfg.run_root)
+    root = RunRoot(cfg.run_root, remember_listings=True)  # stages others write say so (`written_elsewhere`)
     root.probe()  # a wrong endpoint, bucket or key fails now; later S3 errors are waited out (store.py)
     adopted = root.adopt_legacy()  # a run root from before commit records: keep its finished work
     if adopted:

@@ -17,9 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import posixpath
 import uuid
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,13 +103,28 @@ class RunRoot:
     """The folder (or S3 prefix) that holds everything one evaluation run writes.
 
     `uri` and the retry settings are those of `longeval.files.Location`, which every file access goes through.
+
+    `remember_listings`: list each stage folder once and keep the names, updated by this object's own writes and
+    deletes (on S3 a listing is a request per 1,000 keys, and a driver asks for a stage's shards a dozen times
+    in one command). Only for a process that is the stage's one writer, or whose readers want one snapshot:
+    while other processes write a stage (generation actors, engine replicas), the caller says so with
+    `written_elsewhere(stage)`, and that stage is listed afresh on every call until the block ends.
     """
 
     def __init__(
-        self, uri: str, *, attempts: int = 3, connect_timeout: float = 5.0, patience_s: float | None = None
+        self, uri: str, *, attempts: int = 3, connect_timeout: float = 5.0, patience_s: float | None = None,
+        remember_listings: bool = False,
     ) -> None:
         # A Location pickles without its filesystem, so a RunRoot shipped to a Ray worker rebuilds it there.
         self._loc = Location(uri, attempts=attempts, connect_timeout=connect_timeout, patience_s=patience_s)
+        self._listed: dict[str, set[str]] | None = {} if remember_listings else None
+        """Base names of the files in each listed folder (`rel` -> names), when listings are remembered."""
+        self._elsewhere: Counter[str] = Counter()
+        """Folders other processes are writing now: never remembered."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Another process sees other writes: it starts with no remembered listings.
+        return {**self.__dict__, "_listed": None, "_elsewhere": Counter()}
 
     # -- identity ---------------------------------------------------------------------------------------
 
@@ -137,6 +155,7 @@ class RunRoot:
                        row_group_size=rows_per_group(table))
         data = sink.getvalue()
         self._loc.write_bytes(self._rel(stage, name + _PARQUET), data)
+        self._wrote(self._rel(stage, name + _PARQUET))
         record = {"rows": table.num_rows, "bytes": data.size, "sha256": hashlib.sha256(data).hexdigest()}
         self.write_bytes(self._commit_name(stage, name), json.dumps(record, sort_keys=True).encode("utf-8"))
 
@@ -242,6 +261,7 @@ class RunRoot:
         self.write_bytes(target, self.read_bytes(source))
         self._loc.delete(self._commit_name(stage, name))
         self._loc.delete(self._rel(source))
+        self._removed(self._commit_name(stage, name), self._rel(source))
         return DamagedShardError(
             f"damaged shard {self.path(source)}: {why}. It was set aside as {self.path(target)} and will be "
             "written again; rerun the same command (finished work is kept)")
@@ -272,6 +292,7 @@ class RunRoot:
                 raise self._set_aside(stage, name, "its sha256 does not match its commit record")
         how = self._loc.copy(self._rel(source), to._loc, to._rel(stage, to_name + _PARQUET))
         self._loc.copy(self._commit_name(stage, name), to._loc, to._commit_name(stage, to_name))
+        to._wrote(to._rel(stage, to_name + _PARQUET), to._commit_name(stage, to_name))
         return CopiedShard(rows=rows, bytes=size, how=how)
 
     def stored_shards(self, stage: str) -> list[StoredShard]:
@@ -288,6 +309,7 @@ class RunRoot:
         are fine (another process removed them)."""
         self._loc.delete(self._commit_name(stage, name), missing_ok=True)
         self._loc.delete(self._rel(stage, name + _PARQUET), missing_ok=True)
+        self._removed(self._commit_name(stage, name), self._rel(stage, name + _PARQUET))
 
     def touch(self, stage: str, name: str) -> None:
         """Mark a finished shard as just used (its commit record's modification time), for least recently used
@@ -310,15 +332,63 @@ class RunRoot:
         may skip."""
         written = {
             base[: -len(_PARQUET)]
-            for base in self._loc.files(self._rel(stage))
+            for base in self._files(self._rel(stage))
             if base.endswith(_PARQUET) and not base.startswith(".")
         }
-        committed = {base.removesuffix(".json") for base in self._loc.files(self._rel(_MANIFEST, stage))}
+        committed = {base.removesuffix(".json") for base in self._files(self._rel(_MANIFEST, stage))}
         return written & committed
 
     def has(self, stage: str, name: str) -> bool:
         """Whether the shard `name` of `stage` is finished (written and committed)."""
+        if self._remembered(self._rel(stage)) and self._remembered(self._rel(_MANIFEST, stage)):
+            return name in self.shard_names(stage)
         return self.exists(self._commit_name(stage, name)) and self.exists(f"{self._rel(stage)}/{name}{_PARQUET}")
+
+    @contextmanager
+    def written_elsewhere(self, stage: str) -> Iterator[None]:
+        """While this block runs, other processes write `stage`: its listings are not remembered (and those
+        remembered before are dropped, at the start and at the end)."""
+        folders = (self._rel(stage), self._rel(_MANIFEST, stage))
+        self._elsewhere.update(folders)
+        self._forget(*folders)
+        try:
+            yield
+        finally:
+            self._elsewhere.subtract(folders)
+            self._forget(*folders)
+
+    # -- remembered listings ----------------------------------------------------------------------------
+
+    def _files(self, rel: str) -> set[str]:
+        """Base names of the files directly in `rel`: remembered, or listed (and then remembered if allowed)."""
+        if self._remembered(rel):
+            return set(self._listed[rel])
+        names = set(self._loc.files(rel))
+        if self._listed is not None and self._elsewhere[rel] <= 0:
+            self._listed[rel] = names
+        return set(names)
+
+    def _remembered(self, rel: str) -> bool:
+        return self._listed is not None and rel in self._listed and self._elsewhere[rel] <= 0
+
+    def _wrote(self, *rels: str) -> None:
+        if self._listed is not None:
+            for rel in rels:
+                folder, base = posixpath.split(rel)
+                if folder in self._listed:
+                    self._listed[folder].add(base)
+
+    def _removed(self, *rels: str) -> None:
+        if self._listed is not None:
+            for rel in rels:
+                folder, base = posixpath.split(rel)
+                if folder in self._listed:
+                    self._listed[folder].discard(base)
+
+    def _forget(self, *rels: str) -> None:
+        if self._listed is not None:
+            for rel in rels:
+                self._listed.pop(rel, None)
 
     def adopt_legacy(self, stages: tuple[str, ...] = LEGACY_STAGES) -> int:
         """Commit the shards of a run root written before commit records existed; returns how many.
@@ -328,11 +398,11 @@ class RunRoot:
         (it is generated or predicted again). A root that has commit records is never touched: there, a shard
         without one was cut short.
         """
-        if self._loc.has_files(_MANIFEST):
-            return 0
+        if any(self._files(self._rel(_MANIFEST, stage)) for stage in LEGACY_STAGES):
+            return 0  # (every stage that commits is one of these: no recursive listing of every record)
         adopted = 0
         for stage in stages:
-            for base in self._loc.files(self._rel(stage)):
+            for base in sorted(self._files(self._rel(stage))):
                 if not base.endswith(_PARQUET) or base.startswith("."):
                     continue
                 data = self.read_bytes(f"{stage}/{base}")
@@ -379,6 +449,7 @@ class RunRoot:
     def write_bytes(self, name: str, data: bytes) -> None:
         """Write bytes at `<root>/<name>`, atomically."""
         self._loc.write_bytes(self._rel(name), data)
+        self._wrote(self._rel(name))
 
     def read_text(self, name: str) -> str:
         return self.read_bytes(name).decode("utf-8")
