@@ -48,6 +48,10 @@ LEGACY_STAGES = ("instances", "predictions", "scores", "summary")
 READ_THREADS = 8
 """Shards read at once by `read_stage`: S3 round trips overlap, and a local disk does not mind."""
 
+BULKY_COLUMNS = frozenset({"prompt", "prompt_token_ids", "output", "references", "meta"})
+"""Columns whose reads are never kept in memory by a root that remembers listings (`read_stage`): the driver's
+memory must not grow with prompt and output bytes."""
+
 ROW_GROUP_BYTES = 4 << 20
 """About this many bytes of a table per Parquet row group: a reader that wants a few rows of a shard of long
 prompts (an engine replica) reads their row groups, not the shard."""
@@ -121,10 +125,12 @@ class RunRoot:
         """Base names of the files in each listed folder (`rel` -> names), when listings are remembered."""
         self._elsewhere: Counter[str] = Counter()
         """Folders other processes are writing now: never remembered."""
+        self._kept: dict[tuple[str, tuple[str, ...], frozenset[str]], pa.Table] = {}
+        """Metadata columns read while the stage's listing was remembered: (stage, columns, names) -> table."""
 
     def __getstate__(self) -> dict[str, Any]:
         # Another process sees other writes: it starts with no remembered listings.
-        return {**self.__dict__, "_listed": None, "_elsewhere": Counter()}
+        return {**self.__dict__, "_listed": None, "_elsewhere": Counter(), "_kept": {}}
 
     # -- identity ---------------------------------------------------------------------------------------
 
@@ -188,15 +194,25 @@ class RunRoot:
         names = sorted(self.shard_names(stage) if names is None else names)
         if not names:
             return schema.empty_table() if schema is not None else pa.table({})
+        # A driver reads the same metadata columns several times per command (what is left, what is planned,
+        # what is final): a root that remembers the stage's listing keeps them until the stage changes.
+        key = (stage, tuple(columns or ()), frozenset(names))
+        keep = columns is not None and not BULKY_COLUMNS & set(columns) and self._remembered(self._rel(stage)) \
+            and self._remembered(self._rel(_MANIFEST, stage))
+        if keep and key in self._kept and self._kept[key].schema.equals(schema or self._kept[key].schema):
+            return self._kept[key]
         with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(names))) as pool:
             tables = list(pool.map(lambda n: self.read_shard(stage, n, schema, columns=columns), names))
         try:
-            return pa.concat_tables(tables, promote_options="default" if schema is None else "none")
+            table = pa.concat_tables(tables, promote_options="default" if schema is None else "none")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise StoreError(
                 f"shards of stage {stage!r} under {self.uri} have incompatible schemas ({exc}); "
                 "were they written by different longeval versions? Use a fresh run root or delete the stage"
             ) from exc
+        if keep:
+            self._kept[key] = table
+        return table
 
     def read_shard(self, stage: str, name: str, schema: pa.Schema | None = None, *,
                    columns: list[str] | None = None) -> pa.Table:
@@ -377,6 +393,7 @@ class RunRoot:
                 folder, base = posixpath.split(rel)
                 if folder in self._listed:
                     self._listed[folder].add(base)
+                self._drop_kept(folder)
 
     def _removed(self, *rels: str) -> None:
         if self._listed is not None:
@@ -384,11 +401,19 @@ class RunRoot:
                 folder, base = posixpath.split(rel)
                 if folder in self._listed:
                     self._listed[folder].discard(base)
+                self._drop_kept(folder)
 
     def _forget(self, *rels: str) -> None:
         if self._listed is not None:
             for rel in rels:
                 self._listed.pop(rel, None)
+                self._drop_kept(rel)
+
+    def _drop_kept(self, folder: str) -> None:
+        """Forget the tables read from the stage whose data or commit records live in `folder`."""
+        stage = folder.removeprefix(_MANIFEST + "/")
+        for key in [k for k in self._kept if self._rel(k[0]) == stage]:
+            del self._kept[key]
 
     def adopt_legacy(self, stages: tuple[str, ...] = LEGACY_STAGES) -> int:
         """Commit the shards of a run root written before commit records existed; returns how many.

@@ -107,3 +107,25 @@ def test_pickled_roots_forget_what_they_listed(tmp_path: Path) -> None:
     RunRoot(str(tmp_path)).write_table("instances", "a", table(1))
     assert root.shard_names("instances") == set()  # remembered
     assert pickle.loads(pickle.dumps(root)).shard_names("instances") == {"a"}  # a worker lists for itself
+
+
+def test_metadata_columns_are_read_once_until_the_stage_changes(meter: S3Meter, logged_server: S3Server) -> None:
+    uri = f"s3://{logged_server.bucket}/{PREFIX}/kept"
+    root = RunRoot(uri, remember_listings=True)
+    root.write_table("scores", "a", table(4))
+    first = root.read_stage("scores", columns=["instance_id"])
+    by_method, _ = requests(meter, lambda: root.read_stage("scores", columns=["instance_id"]))
+    assert sum(by_method.values()) == 0 and root.read_stage("scores", columns=["instance_id"]).equals(first)
+    root.write_table("scores", "b", table(2))  # its own write: read again, with the new shard
+    by_method, _ = requests(meter, lambda: root.read_stage("scores", columns=["instance_id"]))
+    assert by_method["GET"] >= 2 and root.read_stage("scores", columns=["instance_id"]).num_rows == 6
+    with root.written_elsewhere("scores"):  # replicas writing: every read goes to the store
+        by_method, _ = requests(meter, lambda: root.read_stage("scores", columns=["instance_id"]))
+        assert by_method["GET"] >= 2
+
+
+def test_bulky_columns_are_never_kept(tmp_path: Path) -> None:
+    root = RunRoot(str(tmp_path), remember_listings=True)
+    root.write_table("predictions", "a", pa.table({"instance_id": ["i"], "output": ["x" * 100]}))
+    assert root.read_stage("predictions", columns=["instance_id", "output"]).num_rows == 1
+    assert not root._kept  # prompts and outputs would make the driver's memory grow with the suite
