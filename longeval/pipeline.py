@@ -120,5 +120,6 @@ def _run_stages(cfg: Config, plan: Plan, root: RunRoot, model_path: str, stages:
             if attempt == DAMAGE_RETRIES:
                 raise
             log.warning("%s", exc)
+            root.forget_listings()  # set aside by a replica or a generation actor: list the stages again
             init_ray(cfg)  # redoing the shard needs Ray even when the run looked finished
     return None

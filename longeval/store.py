@@ -373,6 +373,13 @@ class RunRoot:
             self._elsewhere.subtract(folders)
             self._forget(*folders)
 
+    def forget_listings(self) -> None:
+        """Drop every remembered listing and kept table: another process changed the root in a way this one
+        was not told of (a damaged shard set aside by a replica or a generation actor)."""
+        if self._listed is not None:
+            self._listed.clear()
+        self._kept.clear()
+
     # -- remembered listings ----------------------------------------------------------------------------
 
     def _files(self, rel: str) -> set[str]:
