@@ -382,7 +382,7 @@ class Location:
         from botocore.exceptions import BotoCoreError, ClientError
 
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
-        client = boto3.client(
+        client = boto3.session.Session().client(  # a session of its own: boto3's default one is not thread-safe
             "s3", endpoint_url=self.endpoint.url if self.endpoint else None,
             region_name=region or ("us-east-1" if self.endpoint else None),
             config=BotoConfig(connect_timeout=self.connect_timeout, retries={"max_attempts": 1}))

@@ -94,7 +94,7 @@ class Holder:
         if self.released:
             return "released"
         if now - self.heartbeat > self.stale_s:
-            return f"its last heartbeat was {_ago(now - self.heartbeat)} ago (stale after {_ago(self.stale_s)})"
+            return f"no heartbeat for longer than its stale limit of {_ago(self.stale_s)}"
         if self.host == socket.gethostname() and not _alive(self.pid, self.pid_started):
             return f"pid {self.pid} no longer runs on this host"
         return None
