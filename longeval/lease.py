@@ -137,6 +137,14 @@ def current(root: RunRoot) -> Holder | None:
                      "try again")
 
 
+def _claim_owner(root: RunRoot, generation: int) -> str | None:
+    """The run id of a claim, None when it is gone (its maker lost and deleted it)."""
+    try:
+        return Holder.from_json(generation, root.read_bytes(claim_name(generation))).run_id
+    except StoreError:
+        return None
+
+
 def _this_process(generation: int, *, stale_s: float, command: str) -> Holder:
     now = time.time()
     return Holder(generation, run_id=uuid.uuid4().hex[:12], host=socket.gethostname(), pid=os.getpid(),
@@ -164,20 +172,19 @@ def acquire(root: RunRoot, *, heartbeat_s: float, stale_s: float, take_over: boo
     Raises:
         LeaseHeldError: another live process holds the lease (the message names it and how to take over).
     """
+    forced_from = None  # take_over is for the holder first seen, not for a process that won a race since
     for _ in range(CLAIM_TRIES):
         top = current(root)
         now = time.time()
         why = top.free_because(now) if top is not None else None
         if top is not None and why is None:
-            if not take_over:
+            if not take_over or forced_from not in (None, top.run_id):
                 raise LeaseHeldError(held_message(root, top, now))
-            why = "store.take_over_lease=true"
+            forced_from, why = top.run_id, "store.take_over_lease=true"
         mine = _this_process(top.generation + 1 if top else 1, stale_s=stale_s, command=command)
         name = claim_name(mine.generation)
-        if not root.create_bytes(name, mine.to_json()):
-            theirs = Holder.from_json(mine.generation, root.read_bytes(name))
-            if theirs.run_id != mine.run_id:  # another process claimed this number first (else: our retry did)
-                continue
+        if not root.create_bytes(name, mine.to_json()) and _claim_owner(root, mine.generation) != mine.run_id:
+            continue  # another process claimed this number first: look again (if our retried request did, go on)
         latest = current(root)
         if latest is None or latest.generation != mine.generation:  # a later claim won (ours came from old news)
             root.delete(name)

@@ -115,15 +115,18 @@ def test_racing_acquirers_have_exactly_one_winner(root: RunRoot) -> None:
     won[0].release()
 
 
-def test_racing_takeovers_of_a_stale_lease_have_exactly_one_winner(root: RunRoot) -> None:
-    _plant(root, heartbeat=time.time() - 600)
+@pytest.mark.parametrize("forced", [False, True], ids=["stale", "take_over"])
+def test_racing_takeovers_have_exactly_one_winner(root: RunRoot, forced: bool) -> None:
+    """Of processes taking over the same stale lease, or forcing the same live one, one wins; the others see
+    the winner and are refused (take_over is not a licence to take the winner's lease too)."""
+    _plant(root, heartbeat=time.time() - (0 if forced else 600))
     barrier = threading.Barrier(ACQUIRERS)
     won: list[lease.Lease] = []
 
     def contend() -> None:
         barrier.wait()
         with contextlib.suppress(LeaseHeldError):
-            won.append(_take(RunRoot(root.uri)))
+            won.append(_take(RunRoot(root.uri), take_over=forced))
 
     threads = [threading.Thread(target=contend) for _ in range(ACQUIRERS)]
     for t in threads:
