@@ -275,3 +275,15 @@ def test_a_second_run_on_a_held_root_refuses_at_once(tmp_path: Path, tiny_model_
     assert _finish(first, first_log) == 0, first_log.read_text()[-3000:]
     _check_complete(root)  # every instance predicted once: nothing done twice
     assert current(root).released and current(root).run_id == holder.run_id
+
+
+def test_compare_and_report_warn_about_a_root_being_written(tmp_path: Path, capsys) -> None:
+    from longeval import cli
+
+    root = RunRoot(str(tmp_path / "run"))
+    cli._warn_if_written([root.uri])
+    assert capsys.readouterr().out == ""
+    _plant(root)
+    cli._warn_if_written([root.uri])
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and out.startswith("warning: run root ") and "host elsewhere pid 4242" in out
