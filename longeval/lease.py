@@ -41,7 +41,7 @@ from longeval.store import RunRoot
 if TYPE_CHECKING:
     from longeval.config import StoreConfig
 
-__all__ = ["LEASE_DIR", "Holder", "Lease", "acquire", "current", "hold", "writer_warning"]
+__all__ = ["LEASE_DIR", "Holder", "Lease", "acquire", "claim_name", "current", "held_message", "hold", "writer_warning"]
 
 log = logging.getLogger(__name__)
 
