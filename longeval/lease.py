@@ -205,7 +205,7 @@ class Lease:
     """A held lease: a thread renews its heartbeat every `heartbeat_s` until `release()`."""
 
     def __init__(self, root: RunRoot, holder: Holder, *, heartbeat_s: float) -> None:
-        self.root = root
+        self.root = RunRoot(root.uri)  # its own: the heartbeat thread shares no listing memory with the run's
         self.holder = holder
         self.heartbeat_s = heartbeat_s
         self.lost = False
