@@ -264,6 +264,7 @@ class Location:
             "connect_timeout": self.connect_timeout,
             # Our own retry loop (tenacity) decides; the SDK's default three tries would multiply it.
             "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=1),
+            "allow_delayed_open": True,
         }
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         if region:

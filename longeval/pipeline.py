@@ -36,7 +36,7 @@ def run(cfg: Config, *, stages: Iterable[str] = STAGES, progress=None) -> RunRes
     """Run `stages` on the config's run root, holding the root's lease (`longeval.lease`): a second run that would
     generate or infer on the same root refuses, one that only scores or reports warns."""
     stages = list(stages)
-    root = RunRoot(cfg.run_root)
+    root = RunRoot(cfg.run_root, remember_listings=True)  # stages others write say so (`written_elsewhere`)
     root.probe()  # a wrong endpoint, bucket or key fails now; later S3 errors are waited out (store.py)
     with lease.hold(root, cfg.store, command=f"longeval {' '.join(stages)}",
                     writer=bool({"generate", "infer"} & set(stages))):

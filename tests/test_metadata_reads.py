@@ -79,6 +79,15 @@ def test_every_metadata_path_reads_a_small_fraction_of_the_instances(huge, tiny_
         assert _rchar() - before < 0.02 * size, f"{name} read {_rchar() - before:,} of {size:,} bytes"
 
 
+def test_a_family_table_reads_only_its_own_family_shards(huge) -> None:
+    root, _ = huge
+    scores = pa.table({"family": ["sync"], "model_id": ["m"], "instance_id": ["x"]})
+    before = _rchar()
+    rows = rows_with_meta(root, scores, "sync")  # the root holds only RULER shards
+    assert _rchar() - before < 20_000 and rows == {"m": [{"family": "sync", "model_id": "m", "instance_id": "x",
+                                                          "meta": "{}"}]}
+
+
 def test_a_replica_reads_only_the_row_groups_of_its_prompts(huge) -> None:
     root, size = huge
     reader = PromptReader(root)

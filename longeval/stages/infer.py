@@ -105,10 +105,11 @@ def _infer_round(cfg: Config, plan: Plan, root: RunRoot, engines: Engines, progr
         ran += todo.num_rows - send.num_rows
         if send.num_rows:
             pool = engines.size(pool, mine)
-            if cfg.model.engine == "openai":
-                ran += _infer_api(cfg, pool, send, root, engines.model_path, progress)
-            else:
-                ran += _infer_vllm(cfg, engines.replicas(pool), send, progress)
+            with root.written_elsewhere("predictions"):  # by the replicas (a restart lists what they finished)
+                if cfg.model.engine == "openai":
+                    ran += _infer_api(cfg, pool, send, root, engines.model_path, progress)
+                else:
+                    ran += _infer_vllm(cfg, engines.replicas(pool), send, progress)
     return ran
 
 
