@@ -11,6 +11,9 @@ nor pickled when a location goes to a Ray worker.
 Transient S3 errors (connection refused, timeouts, 5xx, throttling) are retried with exponential backoff for up
 to `patience_s` seconds (default 300, `LONGEVAL_S3_PATIENCE_S`), so a store that restarts mid-run costs a pause,
 not the run. Other failures become a `StoreError` that names the endpoint and what to check.
+
+One S3 request goes through boto3 instead: the conditional PutObject (`If-None-Match: *`) behind `Location.create`,
+which pyarrow cannot send; it uses the same environment.
 """
 
 from __future__ import annotations

@@ -117,9 +117,9 @@ def _alive(pid: int, started: float) -> bool:
     """Whether the process `pid` that started at `started` still runs here (not a later one with its pid)."""
     try:
         return abs(psutil.Process(pid).create_time() - started) < 1.0
-    except psutil.NoSuchProcess:
+    except psutil.NoSuchProcess:  # zombies included: they have exited
         return False
-    except (psutil.AccessDenied, psutil.ZombieProcess):
+    except psutil.AccessDenied:  # it runs, as another user
         return True
 
 
