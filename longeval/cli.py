@@ -347,6 +347,7 @@ def cmd_report(args: argparse.Namespace) -> None:
     from longeval.stages.summarise import summarise_root
 
     _probe(roots)
+    _warn_if_written(roots)
     result = write_report(roots, args.output or "report.html", resamples=args.resamples, seed=args.seed,
                           compare=not args.no_compare, summarise=summarise_root)
     for run in result.runs:
@@ -372,6 +373,17 @@ def _probe(roots: list[str]) -> None:
             root.probe()
 
 
+def _warn_if_written(roots: list[str]) -> None:
+    """One line per run root another live process is writing (holds its lease): its numbers may still change."""
+    from longeval.lease import writer_warning
+    from longeval.store import RunRoot
+
+    for uri in roots:
+        warning = writer_warning(RunRoot(uri))
+        if warning:
+            console.print(f"[bold yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+
+
 def cmd_compare(args: argparse.Namespace) -> None:
     from longeval.compare import compare_scores
     from longeval.report.runs import load_scores, provenance_pairs
@@ -379,6 +391,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
     from longeval.store import RunRoot
 
     _probe([args.a, args.b])
+    _warn_if_written([args.a, args.b])
     a, b = RunRoot(args.a).uri, RunRoot(args.b).uri
     comparison = compare_scores(load_scores(a), load_scores(b), resamples=args.resamples, seed=args.seed,
                                 provenance=provenance_pairs(a, b), names=(a, b))
@@ -533,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.func(args)  # each subcommand's handler (set_defaults above)
     except LongevalError as exc:
-        console.print(f"[bold red]error:[/] {escape(str(exc))}")
+        console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         again = shlex.join(["longeval", *(sys.argv[1:] if argv is None else argv)])

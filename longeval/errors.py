@@ -31,3 +31,7 @@ class StoreError(LongevalError):
 
 class DamagedShardError(StoreError):
     """A committed shard whose bytes no longer match its commit record; it has been set aside to be redone."""
+
+
+class LeaseHeldError(StoreError):
+    """Another live process holds the run root's lease: two writers would do the same work twice."""

@@ -483,6 +483,24 @@ class RunRoot:
         self._loc.write_bytes(self._rel(name), data)
         self._wrote(self._rel(name))
 
+    def create_bytes(self, name: str, data: bytes) -> bool:
+        """Write bytes at `<root>/<name>` only if nothing is there; True when this call created the file
+        (`Location.create`: the store's atomic first-writer-wins, for the run root's lease)."""
+        created = self._loc.create(self._rel(name), data)
+        if created:
+            self._wrote(self._rel(name))
+        return created
+
+    def files(self, folder: str) -> list[str]:
+        """Base names of the files directly inside `<root>/<folder>` (none when it does not exist), listed afresh
+        whatever `remember_listings` says: for folders other processes write (the lease's claims)."""
+        return self._loc.files(self._rel(folder))
+
+    def delete(self, name: str) -> None:
+        """Delete the file at `<root>/<name>`; a file already gone is fine."""
+        self._loc.delete(self._rel(name), missing_ok=True)
+        self._removed(self._rel(name))
+
     def read_text(self, name: str) -> str:
         return self.read_bytes(name).decode("utf-8")
 
