@@ -145,6 +145,10 @@ class TaskSpec:
     """Tasks that share one context per (seed, length, index), e.g. SYNC's three graph tasks: their
     generators get the same `context_rng`, and their instances the same `context_id`, so the engine can
     schedule them together and compute the shared prefix once."""
+    min_length: int = 0
+    """The smallest target length the task is built for: its template, output budget and the least context it
+    needs (SYNC's translation domain: 4096). Tests that generate every registered task (tests/tasks/conftest.py)
+    use it, at least 2048; 0 where 2048 holds the task. Not a parameter, so it is no part of instance ids."""
     prompt_fingerprint: str = ""
     """A fingerprint of the prompt templates this task renders (versioned data): part of the generator version,
     hence of instance ids and instance cache keys, so a changed template never serves cached old prompts."""
