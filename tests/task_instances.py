@@ -26,12 +26,9 @@ SMALLEST_LENGTH = 2048
 """Every task is generated at `max(SMALLEST_LENGTH, spec.min_length)`: small, so a test over the registry is fast."""
 
 
-def test_length(spec: TaskSpec) -> int:
+def length_of(spec: TaskSpec) -> int:
     """The target length a task is tested at: the smallest it is built for (its `min_length`), at least 2048."""
     return max(SMALLEST_LENGTH, spec.min_length)
-
-
-test_length.__test__ = False  # a helper, not a test
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +51,7 @@ def task_ctx(task_encoder: Encoder, squad_file: Path, hotpotqa_file: Path,  # no
 def task_instance(ctx: GenContext, key: str, index: int = 0) -> Instance:
     """Instance `index` of the task at its test length, the way `stages.generate.generate_shard` builds it."""
     spec = configure(TASKS[key], ctx.task_overrides)
-    length = test_length(spec)
+    length = length_of(spec)
     shared = {"context_rng": context_rng(SEED, spec.context_group, length, index)} if spec.context_group else {}
     draft = spec.generate(ctx, spec.params, target_length=length, max_new_tokens=output_budget(spec, ctx.fmt, length),
                           rng=instance_rng(SEED, spec.key, length, index), index=index, **shared)

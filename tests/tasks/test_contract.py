@@ -33,7 +33,7 @@ import pytest
 from longeval.scoring import score_prediction
 from longeval.tasks import FAMILIES, TASKS
 from longeval.tasks.base import GenContext
-from tests.task_instances import prediction, reference_answer, task_instance, test_length
+from tests.task_instances import length_of, prediction, reference_answer, task_instance
 
 JUNK = "Lorem ipsum \x00\x1f ??? [1, 2 \\boxed{ Answer: Option (Z) <think> 🙂" * 20
 
@@ -42,7 +42,7 @@ JUNK = "Lorem ipsum \x00\x1f ??? [1, 2 \\boxed{ Answer: Option (Z) <think> 🙂"
 def test_every_task_keeps_the_contract(task_ctx: GenContext, key: str) -> None:
     spec = TASKS[key]
     first, again = task_instance(task_ctx, key), task_instance(task_ctx, key)
-    assert first.target_length == test_length(spec)
+    assert first.target_length == length_of(spec)
     assert first.input_tokens + first.max_new_tokens <= first.target_length, (
         f"R1 fits: {key}: {first.input_tokens} input + {first.max_new_tokens} output tokens > {first.target_length}")
     assert first.input_tokens == len(first.prompt_token_ids), f"R2 counted: {key}: input_tokens is not the id count"
