@@ -93,3 +93,17 @@ def test_the_tests_over_every_family_pass_with_the_example_registered():
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert f"PASSED tests/tasks/test_contract.py::test_every_task_keeps_the_contract[{KEY}]" in run.stdout
     assert "PASSED tests/test_dashboards.py::test_every_workspace_key_is_one_the_logger_produces" in run.stdout
+
+
+def test_the_docs_show_the_example_as_it_is():
+    """Every line of docs/adding-a-family.md's code blocks is a line of the example's package: the page cannot
+    drift from the tested code (shell commands and elided strings aside)."""
+    doc = (REPO / "docs" / "adding-a-family.md").read_text()
+    source = "\n".join(p.read_text() for p in (REPO / "tests" / "example_family").glob("*.py"))
+    lines = {line.strip() for line in source.splitlines()}
+    blocks = [block.split("\n", 1)[1] for block in doc.split("```")[1::2] if block.startswith("python")]
+    assert len(blocks) >= 3
+    for block in blocks:
+        for line in block.splitlines():
+            if line.strip() and "..." not in line:
+                assert line.strip() in lines, f"docs/adding-a-family.md shows a line the example lacks: {line!r}"
