@@ -15,7 +15,7 @@ import wandb_workspaces.workspaces as ws
 
 from longeval import dashboards
 from longeval.cli import main
-from longeval.config import load_config
+from longeval.config import conf_dir, load_config
 from longeval.errors import ConfigError
 from longeval.records import SCORE_SCHEMA
 from longeval.tasks import FAMILIES as FAMILIES_REGISTERED
@@ -154,7 +154,7 @@ def test_leaderboard_columns_follow_the_suites():
     assert [c for c in columns if c.startswith("summary:avg/")] == [f"summary:avg/{n}" for n in ruler.lengths]
     everything = dashboards.default_view()  # every suite in conf/suite: the families in the registry's order
     assert list(everything.families) == [f for f in FAMILIES_REGISTERED if f in everything.families]
-    suites = dashboards.conf_dir() / "suite"
+    suites = conf_dir() / "suite"
     assert set(everything.families) >= {f for f in FAMILIES_REGISTERED if (suites / f"{f}.yaml").is_file()}
     with pytest.raises(ConfigError, match="unknown suite 'nope'"):
         dashboards.default_view(["nope"])
