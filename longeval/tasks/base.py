@@ -147,7 +147,7 @@ class TaskSpec:
     schedule them together and compute the shared prefix once."""
     min_length: int = 0
     """The smallest target length the task is built for: its template, output budget and the least context it
-    needs (SYNC's translation domain: 4096). Tests that generate every registered task (tests/tasks/conftest.py)
+    needs (SYNC's translation domain: 4096). Tests that generate every registered task (tests/task_instances.py)
     use it, at least 2048; 0 where 2048 holds the task. Not a parameter, so it is no part of instance ids."""
     prompt_fingerprint: str = ""
     """A fingerprint of the prompt templates this task renders (versioned data): part of the generator version,
