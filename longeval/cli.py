@@ -95,7 +95,11 @@ def cmd_run(overrides: list[str], stages: tuple[str, ...]) -> None:
     from longeval.pipeline import run
 
     cfg = load_config(overrides)
-    console.print(f"[bold]longeval[/] {' '.join(stages)}: model {cfg.model.name}, suite {cfg.suite.name} "
+    suite = cfg.suite.name  # the name alone would misstate a suite whose tasks the command line replaced
+    if any(o.lstrip("+~").split("=", 1)[0] == "suite.tasks" for o in overrides):
+        suite += f" (tasks overridden: {', '.join(cfg.suite.tasks)})" if len(cfg.suite.tasks) <= 4 else \
+            " (tasks overridden)"
+    console.print(f"[bold]longeval[/] {' '.join(stages)}: model {cfg.model.name}, suite {suite} "
                   f"({len(cfg.suite.tasks)} tasks x {len(cfg.suite.lengths)} lengths x {cfg.suite.samples} samples)"
                   f" -> {cfg.run_root}")
     with interrupt.watch():
