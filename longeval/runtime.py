@@ -60,6 +60,10 @@ def init_ray(cfg: Config) -> None:
     if not address and os.environ.get("RAY_ADDRESS"):  # e.g. inside `ray job submit`: join the job's cluster
         address, source = os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
     if address:
+        if not _reachable(address):  # Ray itself would retry for minutes before failing
+            raise ConfigError(f"cannot join the Ray cluster at {address} ({source}): nothing answers there. Start it "
+                              f"first (`ray start --head`), fix the address, or unset {source} to run on a private "
+                              "local Ray")
         try:
             ray.init(address=address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -99,13 +103,21 @@ def running_ray(temp_dir: str | None = None) -> str | None:
                 address = f.read().strip()
         except OSError:
             continue
-        host, _, port = address.rpartition(":")
-        try:  # a file left by a Ray that is gone says nothing
-            socket.create_connection((host, int(port)), timeout=0.5).close()
-        except (OSError, ValueError):
-            continue
-        return address
+        if address and _reachable(address, timeout_s=0.5):  # a file left by a Ray that is gone says nothing
+            return address
     return None
+
+
+def _reachable(address: str, timeout_s: float = 5.0) -> bool:
+    """Whether a `host:port` address accepts a connection; other forms (`auto`, `ray://...`) are left to Ray."""
+    host, _, port = address.rpartition(":")
+    if "://" in address or not host or not port.isdigit():
+        return True
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError:
+        return False
+    return True
 
 
 def _gcs_address() -> str:

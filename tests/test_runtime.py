@@ -102,7 +102,7 @@ def test_cluster_address_joins_the_running_ray(ray_head, tmp_path):
 
 def test_an_unreachable_address_is_one_line_not_a_traceback(tmp_path):
     proc = longeval(*GENERATE, f"store.root={tmp_path}", "run_name=x", f"cluster.address=127.0.0.1:{_free_port()}",
-                    env={"RAY_AUTH_MODE": "disabled"}, timeout=300)
+                    env={"RAY_AUTH_MODE": "disabled"}, timeout=120)
     text = flat(proc)
     assert proc.returncode == 2, text[-3000:]
     assert "cannot join the Ray cluster at 127.0.0.1:" in text and "Traceback" not in text
