@@ -199,7 +199,8 @@ class SuiteConfig:
 class ClusterConfig:
     name: str = "local"
     address: str | None = None
-    """Ray address; None starts a local Ray."""
+    """The Ray cluster to join (`host:port`, or `auto` for the one `ray start` left on this machine). None:
+    `RAY_ADDRESS` when set (inside `ray job submit`), else a private local Ray, even beside a running one."""
     num_cpus: int | None = None
     replicas: int = 1
     """Engine actors per pool."""
