@@ -128,8 +128,8 @@ def test_params_overrides_say_when_to_use_plus(override, expected):
 
 
 def test_credentials_are_redacted_but_the_tokenizer_path_is_kept():
-    shown = Redactor.of(environ={}).tree({"HF_TOKEN": "hf_abc", "api_key": "sk-1", "AWS_SECRET_ACCESS_KEY": "x", "tokenizer": "/m",
-                    "VLLM_CPU_KVCACHE_SPACE": "2"})
+    shown = Redactor.of(environ={}).tree({"HF_TOKEN": "hf_abc", "api_key": "sk-1", "AWS_SECRET_ACCESS_KEY": "x",
+                                          "tokenizer": "/m", "VLLM_CPU_KVCACHE_SPACE": "2"})
     assert shown == {"HF_TOKEN": "***", "api_key": "***", "AWS_SECRET_ACCESS_KEY": "***", "tokenizer": "/m",
                      "VLLM_CPU_KVCACHE_SPACE": "2"}
 

@@ -686,6 +686,8 @@ class ApiWriter:
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list]:
         rows = self.predictor(batch)
+        # a failed request's message may quote the server's URL, user info included
+        rows["error"] = [self.redactor.text(e) if e else e for e in rows["error"]]
         self.root.write_part("predictions", pa.Table.from_pydict(rows, schema=PREDICTION_SCHEMA))
         self.root.write_json(self.predictor.record_name, self.redactor.tree(self.predictor.record()))
         return rows
