@@ -64,8 +64,8 @@ def init_ray(cfg: Config) -> None:
             raise ConfigError(f"cannot join the Ray cluster at {address} ({source}): nothing answers there. Start it "
                               f"first (`ray start --head`), fix the address, or unset {source} to run on a private "
                               "local Ray")
-        try:
-            ray.init(address=address, **kwargs)
+        try:  # RAY_ADDRESS is read by Ray itself, as before: so it also picks up a token of a token-auth cluster
+            ray.init(**({"address": address} if source == "cluster.address" else {}), **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ConfigError(f"cannot join the Ray cluster at {address} ({source}): {first}. Start it first (`ray "
