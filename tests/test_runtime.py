@@ -90,12 +90,16 @@ def test_a_run_beside_a_running_ray_starts_its_own_and_says_so(ray_head, tmp_pat
     assert any((tmp_path / "own" / "instances").iterdir())
 
 
-def test_cluster_address_joins_the_running_ray(ray_head, tmp_path):
+@pytest.mark.parametrize("how", ["cluster.address", "RAY_ADDRESS"])
+def test_a_named_address_joins_the_running_ray(ray_head, tmp_path, how):
     address, env = ray_head
-    proc = longeval(*GENERATE, f"store.root={tmp_path}", "run_name=joined", f"cluster.address={address}", env=env)
+    if how == "RAY_ADDRESS":
+        proc = longeval(*GENERATE, f"store.root={tmp_path}", "run_name=joined", env={**env, "RAY_ADDRESS": address})
+    else:
+        proc = longeval(*GENERATE, f"store.root={tmp_path}", "run_name=joined", f"cluster.address={address}", env=env)
     text = flat(proc)
     assert proc.returncode == 0, text[-3000:]
-    assert f"Ray: joined the cluster at {address.split(':')[0]}" in text and f"cluster.address={address}" in text
+    assert f"Ray: joined the cluster at {address.split(':')[0]}" in text and f"{how}={address}" in text
     assert "1 node(s), 1 CPUs" in text
     assert any((tmp_path / "joined" / "instances").iterdir())
 
