@@ -116,12 +116,26 @@ def test_racing_acquirers_have_exactly_one_winner(root: RunRoot) -> None:
 
 
 @pytest.mark.parametrize("forced", [False, True], ids=["stale", "take_over"])
-def test_racing_takeovers_have_exactly_one_winner(root: RunRoot, forced: bool) -> None:
+def test_racing_takeovers_have_exactly_one_winner(root: RunRoot, forced: bool,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Of processes taking over the same stale lease, or forcing the same live one, one wins; the others see
     the winner and are refused (take_over is not a licence to take the winner's lease too)."""
     _plant(root, heartbeat=time.time() - (0 if forced else 600))
-    barrier = threading.Barrier(ACQUIRERS)
+    barrier, looked = threading.Barrier(ACQUIRERS), threading.Barrier(ACQUIRERS)
     won: list[lease.Lease] = []
+    first_look = threading.local()
+    read_lease = lease.current
+
+    def current_after_all_looked(at: RunRoot) -> lease.Holder | None:
+        # Every contender reads the planted holder before any claims: a thread that a loaded machine starts
+        # late would otherwise first see the winner, and taking over from the holder first seen is its right.
+        holder = read_lease(at)
+        if not getattr(first_look, "done", False):
+            first_look.done = True
+            looked.wait()
+        return holder
+
+    monkeypatch.setattr(lease, "current", current_after_all_looked)
 
     def contend() -> None:
         barrier.wait()
@@ -134,7 +148,7 @@ def test_racing_takeovers_have_exactly_one_winner(root: RunRoot, forced: bool) -
     for t in threads:
         t.join()
     assert len(won) == 1
-    assert current(root).generation == 2 and current(root).run_id == won[0].holder.run_id
+    assert read_lease(root).generation == 2 and read_lease(root).run_id == won[0].holder.run_id
     won[0].release()
 
 
