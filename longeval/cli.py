@@ -533,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.func(args)  # each subcommand's handler (set_defaults above)
     except LongevalError as exc:
-        console.print(f"[bold red]error:[/] {escape(str(exc))}")
+        console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)  # one line, however long
         return 2
     except KeyboardInterrupt:
         again = shlex.join(["longeval", *(sys.argv[1:] if argv is None else argv)])
