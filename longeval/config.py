@@ -633,6 +633,7 @@ def _check(cfg: Config) -> None:
                     "runs); for scale work only, the scores are not a model's", cfg.model.name)
     if cfg.suite.samples < 1 or cfg.suite.shard_size < 1:
         raise ConfigError("suite.samples and suite.shard_size must be at least 1")
+    _check_size(cfg.suite)
     if cfg.suite.adaptive and not (0 < cfg.suite.adaptive_confidence < 1 and cfg.suite.adaptive_round >= 1):
         raise ConfigError("suite.adaptive_confidence must lie strictly between 0 and 1 (e.g. 0.95) and "
                           "suite.adaptive_round must be at least 1")
@@ -647,6 +648,26 @@ def _check(cfg: Config) -> None:
     if cfg.cluster.scorer_timeout_s <= 0:
         raise ConfigError(f"cluster.scorer_timeout_s={cfg.cluster.scorer_timeout_s}: expected seconds > 0, "
                           "e.g. cluster.scorer_timeout_s=30")
+
+
+MAX_SHARDS = 100_000
+"""The most shards a plan lists. A plan is one spec per shard, so `plan` and `run` take time in proportion to
+their number (about 3 s per 100,000 here): far beyond any real suite (RULER's full sweep is 1,560 shards), a size
+is refused at once rather than after minutes of silence."""
+
+
+def _check_size(suite: SuiteConfig) -> None:
+    """Refuse a suite whose shard count (closed form: ceil(samples / shard_size) per task and length) is absurd."""
+    lengths = sorted(set(suite.lengths))
+    scheme = sampling() if suite.subsets else None
+    counts = scheme.counts(lengths, suite.subsets, suite.samples) if scheme else dict.fromkeys(lengths, suite.samples)
+    shards = len(suite.tasks) * sum(-(-n // suite.shard_size) for n in counts.values())
+    if shards > MAX_SHARDS:
+        most = MAX_SHARDS * suite.shard_size // max(1, len(suite.tasks) * len(lengths))
+        raise ConfigError(
+            f"suite.samples={suite.samples:,} makes {shards:,} shards ({len(suite.tasks)} tasks x {len(lengths)} "
+            f"lengths, suite.shard_size={suite.shard_size}); a plan holds at most {MAX_SHARDS:,}: use suite.samples "
+            f"<= {most:,} or a larger suite.shard_size")
 
 
 SECRET_WORDS = ("secret", "password", "passwd", "credential", "api_key", "apikey", "access_key", "private_key")

@@ -101,7 +101,10 @@ def configure(spec: TaskSpec, overrides: Mapping[str, Mapping[str, Any]]) -> Tas
         if isinstance(default, tuple) and isinstance(value, list | tuple):
             values[key] = tuple(value)
         _check_type(spec, key, value, default)
-    params = dataclasses.replace(spec.params, **values)
+    try:
+        params = dataclasses.replace(spec.params, **values)  # a params dataclass checks its limits on creation
+    except ConfigError as exc:
+        raise ConfigError(f"suite.params: {spec.key} parameter {exc}") from exc
     if budget is None:
         budget = spec.budget(params) if spec.budget else spec.max_new_tokens
     return dataclasses.replace(spec, params=params, max_new_tokens=int(budget))
