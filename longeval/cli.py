@@ -31,7 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 from longeval import interrupt
-from longeval.errors import ConfigError, LongevalError
+from longeval.errors import ConfigError, LongevalError, find_error
 from longeval.models import build_tiny_model, prepare_smollm2, resolve_model_path
 from longeval.text.essays import default_urls, fetch_essays, read_url_list
 
@@ -444,6 +444,11 @@ def cmd_dashboards(args: argparse.Namespace) -> None:
         console.print(f"saved: {url}")
 
 
+def longeval_error(exc: BaseException) -> LongevalError | None:
+    """The one place that finds the error to print: `exc` itself, or the LongevalError a Ray worker raised in it."""
+    return find_error(exc, LongevalError)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="longeval", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -532,8 +537,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("LONGEVAL_LOG", "WARNING"))
     try:
         args.func(args)  # each subcommand's handler (set_defaults above)
-    except LongevalError as exc:
-        console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)  # one line, however long
+    except Exception as exc:
+        error = longeval_error(exc)
+        if error is None:
+            raise
+        console.print(f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True)  # one line, however long
         return 2
     except KeyboardInterrupt:
         again = shlex.join(["longeval", *(sys.argv[1:] if argv is None else argv)])
