@@ -25,7 +25,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 
 from longeval.errors import ConfigError
 from longeval.scoring.deadline import import_plugins
-from longeval.tasks import check_overrides, get_task, sampling
+from longeval.tasks import check_overrides, get_task, sampling, selected_overrides
 from longeval.text.render import prompt_format
 
 log = logging.getLogger(__name__)
@@ -358,7 +358,19 @@ def load_config(overrides: list[str] | None = None) -> Config:
         raise ConfigError(_explain_yaml(exc)) from exc
     finally:
         GlobalHydra.instance().clear()
-    return validate(raw)
+    return validate(raw, preset_scopes=_preset_scopes(raw, overrides))
+
+
+def _preset_scopes(raw: DictConfig, overrides: list[str]) -> frozenset[str]:
+    """The `suite.params` scopes that come from config files, not from the user's overrides."""
+    scopes = set(OmegaConf.select(raw, "suite.params") or {})
+    for item in overrides:
+        key = item.lstrip("+~").split("=", 1)[0]
+        if key == "suite.params":  # the whole map replaced: every scope is the user's
+            return frozenset()
+        if key.startswith("suite.params."):
+            scopes.discard(key.split(".")[2])
+    return frozenset(scopes)
 
 
 def _explain_yaml(exc: yaml.YAMLError) -> str:
@@ -581,7 +593,9 @@ def _explain_override(message: str) -> str:
     return f"bad override: {first}"
 
 
-def validate(raw: DictConfig | dict) -> Config:
+def validate(raw: DictConfig | dict, *, preset_scopes: frozenset[str] = frozenset()) -> Config:
+    """The config checked against the schema and its rules. `preset_scopes`: the `suite.params` scopes a config
+    file set, not an override (those of tasks the suite does not run are dropped; the user's are checked)."""
     schema = OmegaConf.structured(Config)
     try:
         merged = OmegaConf.merge(schema, raw)
@@ -594,7 +608,7 @@ def validate(raw: DictConfig | dict) -> Config:
         cfg.suite.shard_size = ADAPTIVE_SHARD_SIZE if cfg.suite.adaptive else SHARD_SIZE
     if cfg.suite.shuffle is None:
         cfg.suite.shuffle = cfg.suite.adaptive
-    _check(cfg)
+    _check(cfg, preset_scopes)
     return cfg
 
 
@@ -602,7 +616,7 @@ RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=+-]*")
 """A run name is one folder name under store.root: no separators, no '..', nothing absolute."""
 
 
-def _check(cfg: Config) -> None:
+def _check(cfg: Config, preset_scopes: frozenset[str] = frozenset()) -> None:
     if cfg.run_name is not None and (not RUN_NAME.fullmatch(cfg.run_name) or ".." in cfg.run_name):
         raise ConfigError(
             f"run_name={cfg.run_name!r} would not be a folder inside store.root ({cfg.store.root}); expected one name "
@@ -614,6 +628,10 @@ def _check(cfg: Config) -> None:
                           "(`longeval plan` lists a suite's tasks)")
     for name in cfg.suite.tasks:
         get_task(name)
+    if preset_scopes:  # a preset's params for tasks the user's suite.tasks left out change nothing: drop them
+        preset = {k: v for k, v in cfg.suite.params.items() if k in preset_scopes}
+        kept = selected_overrides(preset, cfg.suite.tasks)
+        cfg.suite.params = {k: v for k, v in cfg.suite.params.items() if k not in preset or k in kept}
     check_overrides(cfg.suite.params, cfg.suite.tasks)
     if not cfg.suite.lengths:
         raise ConfigError("suite.lengths is empty; give at least one length, e.g. suite.lengths=[4096]")

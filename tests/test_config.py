@@ -287,3 +287,13 @@ def test_the_quoted_override_the_message_suggests_parses():
 
     cfg = load_config(shlex.split("'suite.data.essay_dir=\"/d/été x\"'"))
     assert cfg.suite.data.essay_dir == "/d/été x"
+
+
+def test_a_presets_params_for_tasks_not_selected_are_dropped():
+    cfg = load_config(["suite=michelangelo_quick", "suite.tasks=[idk]"])
+    assert cfg.suite.tasks == ["idk"] and "mrcr" not in cfg.suite.params
+    assert load_config(["suite=michelangelo_quick"]).suite.params["mrcr"] == {"grading": "openai"}
+    with pytest.raises(ConfigError, match="suite.params.nope names no family or task of this suite"):
+        load_config(["suite=michelangelo_quick", "suite.tasks=[idk]", "+suite.params.nope.x=1"])
+    with pytest.raises(ConfigError, match="suite.params.mrcr names no family or task of this suite"):
+        load_config(["suite=michelangelo_quick", "suite.tasks=[idk]", "suite.params.mrcr.grading=exact"])

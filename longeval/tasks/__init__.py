@@ -127,6 +127,20 @@ def _check_type(spec: TaskSpec, key: str, value: Any, default: Any) -> None:
         )
 
 
+def selected_overrides(overrides: Mapping[str, Mapping[str, Any]], tasks: list[str]) -> dict[str, Any]:
+    """`suite.params` without the scopes of registered tasks and families the suite does not run.
+
+    For a preset's scopes (the caller passes only those): a preset sets parameters for all its tasks
+    (michelangelo_quick: `params.mrcr`); `suite.tasks=[idk]` narrows the suite, and those parameters then change
+    no instance. Dropping them is sound for that reason, and keeps the run root's suite hash equal for equal
+    instances. A scope that names nothing registered is kept, so `check_overrides` still refuses a typo.
+    """
+    specs = [_lookup(name) for name in tasks]
+    wanted = {s for spec in specs for s in (spec.family, spec.name, spec.key)}
+    registered = {s for spec in TASKS.values() for s in (spec.family, spec.name, spec.key)}
+    return {scope: values for scope, values in overrides.items() if scope in wanted or scope not in registered}
+
+
 def check_overrides(overrides: Mapping[str, Mapping[str, Any]], tasks: list[str]) -> None:
     """Every scope in `suite.params` names a family, task or key of the suite, and every field exists."""
     specs = [_lookup(name) for name in tasks]
