@@ -444,6 +444,10 @@ def cmd_dashboards(args: argparse.Namespace) -> None:
         console.print(f"saved: {url}")
 
 
+WRITES_A_RUN = frozenset({"run", "generate", "infer", "score"})
+"""The commands that write shards and predictions to a run root, which a rerun of the same command resumes."""
+
+
 def longeval_error(exc: BaseException) -> LongevalError | None:
     """The one place that finds the error to print: `exc` itself, or the LongevalError a Ray worker raised in it."""
     return find_error(exc, LongevalError)
@@ -544,6 +548,9 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True)  # one line, however long
         return 2
     except KeyboardInterrupt:
+        if args.command not in WRITES_A_RUN:  # plan, report, compare...: nothing kept, nothing to resume
+            console.print("[bold yellow]interrupted[/]")
+            return 130
         again = shlex.join(["longeval", *(sys.argv[1:] if argv is None else argv)])
         console.print(f"[bold yellow]interrupted:[/] finished shards and predictions are kept; resume with the same "
                       f"command: {escape(again)}", soft_wrap=True)

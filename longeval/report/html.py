@@ -677,8 +677,10 @@ def write_report(uris: Sequence[str], out: str | os.PathLike, *, resamples: int 
     written = _Written()
     try:
         return _write(runs, path, written, resamples=resamples, seed=seed, compare=compare, instances=instances)
-    except OSError as exc:
+    except BaseException as exc:  # an OSError, or Ctrl-C half-way: leave nothing behind either way
         written.remove()
+        if not isinstance(exc, OSError):
+            raise
         raise OutputError(f"cannot write the report {path}: {exc.strerror or exc} ({exc.filename or path}); nothing "
                           "was left behind; give -o a file in a folder you can write, e.g. -o ./report.html") from exc
 
