@@ -117,3 +117,41 @@ def test_generating_onto_a_full_disk_prints_one_line(tmp_path) -> None:
     finally:
         subprocess.run(["umount", str(tiny)], check=False)
         tiny.rmdir()
+
+
+def test_inferring_onto_a_full_disk_stops_with_one_line_and_no_restart(tmp_path) -> None:
+    """A real full disk while predictions are written (the stand-in engine: no model runs): a tmpfs of 256 KiB
+    holding the run's instances, filled up to its last 12 KiB (needs the right to mount; skipped without it)."""
+    import shutil
+
+    tiny = Path(f"/tmp/longeval-full-{uuid.uuid4().hex[:8]}")
+    args = ["model=tiny_random", "model.engine=stand_in", "suite.tasks=[niah_single_1]", "suite.lengths=[1024]",
+            "suite.samples=40", "suite.shard_size=20", "store.cache_instances=false", "run_name=p",
+            "cluster.commit_interval_s=0"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+    def longeval(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "longeval.cli", *argv], cwd=REPO, env=env, text=True,
+                              capture_output=True, timeout=600)
+
+    if os.geteuid() != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    assert longeval("generate", *args, f"store.root={tmp_path}").returncode == 0
+    tiny.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(tiny)]).returncode != 0:
+        tiny.rmdir()
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        shutil.copytree(tmp_path / "p", tiny / "p")
+        free = shutil.disk_usage(tiny).free
+        (tiny / "filler").write_bytes(b"\0" * (free - 12 * 1024))
+        proc = longeval("infer", *args, f"store.root={tiny}")
+        text = proc.stdout + proc.stderr
+        errors = [line for line in proc.stdout.splitlines() if line.startswith("error:")]
+        assert proc.returncode == 2, text
+        assert len(errors) == 1 and errors[0].endswith(FIX), text
+        assert f"error: cannot write {tiny}/p/" in errors[0]
+        assert "starting it again" not in text and "failed to start" not in text and "Traceback" not in text
+    finally:
+        subprocess.run(["umount", str(tiny)], check=False)
+        tiny.rmdir()
