@@ -53,3 +53,23 @@ def test_plan_answers_at_once_for_an_absurd_sample_count(capsys, tmp_path):
     assert ("error: suite.samples=100,000,000 makes 1,650,000,000 shards (11 tasks x 3 lengths, suite.shard_size=2); "
             "a plan holds at most 100,000: use suite.samples <= 6,060 or a larger suite.shard_size") in text
     assert time.monotonic() - started < 30
+
+
+def test_fwe_parameters_past_their_limit_fail_at_config_time_and_the_vocabulary_is_bounded():
+    from longeval.tasks.ruler.aggregation import FweParams, _coded_vocab
+
+    with pytest.raises(ConfigError, match="suite.params: ruler/fwe parameter coded_wordlen=1, vocab_per_tokens=50: "
+                                          "coded_wordlen must be at least 2"):
+        load_config(["suite.tasks=[fwe]", "+suite.params.fwe.coded_wordlen=1"])
+    with pytest.raises(ConfigError, match="alpha=1.0: must be more than 1"):
+        load_config(["suite.tasks=[fwe]", "+suite.params.fwe.alpha=1.0"])
+    with pytest.raises(ConfigError, match="coded_wordlen=2 gives 676 distinct words, too few for a vocabulary of "
+                                          "20,000"):
+        _coded_vocab(FweParams(coded_wordlen=2), 20_000, np.random.default_rng(0))  # 1M tokens // 50
+
+
+def test_sync_word_drawing_refuses_more_words_than_half_the_space():
+    from longeval.tasks.sync.translation import random_words
+
+    with pytest.raises(ConfigError, match=r"word_length=\[1, 1\] gives 26 distinct words, too few for the 20"):
+        random_words(20, (1, 1), np.random.default_rng(0))
