@@ -70,6 +70,8 @@ GIB = 1024**3
 MIB = 1024**2
 DRIVER_STATS_ENV = "LONGEVAL_SCALE_DRIVER_STATS"
 SHARD_SIZE = 25
+MACHINE_RESERVE = int(1.5 * 1024**3)
+"""A stage is stopped when the machine's available memory falls below this, whatever its own limit."""
 
 
 # -- the driver: a `longeval` command that reports its own peak memory and reads --------------------------------
@@ -196,8 +198,14 @@ class Sampler(threading.Thread):
             record.peak_rss = max(record.peak_rss, _proc(proc.pid, "status", "VmHWM"), rss)
             record.rchar = max(record.rchar, rchar)
         self.total_peak = max(self.total_peak, total)
-        if total > self.limit and not self.aborted:
-            self.aborted = f"aborted: its processes held {total / GIB:.1f} GiB (--memory-limit-gb {self.limit / GIB:g})"
+        if self.aborted:
+            return
+        available = psutil.virtual_memory().available
+        if total > self.limit:
+            self.aborted = f"aborted: held {total / GIB:.1f} GiB > limit {self.limit / GIB:g}"
+        elif available < MACHINE_RESERVE:  # other jobs share the machine: never let it run out
+            self.aborted = f"aborted: held {total / GIB:.1f} GiB, machine low ({available / GIB:.1f} GiB left)"
+        if self.aborted:
             kill_tree(tree)
 
     def by_kind(self) -> dict[str, dict[str, float]]:
@@ -471,6 +479,7 @@ class Harness:
         from tests.s3server import _free_ports, start_seaweedfs
 
         (port,) = _free_ports(1)
+        shutil.rmtree(self.workdir / "seaweedfs", ignore_errors=True)  # a fresh server: its log is counted from 0
         self.server = start_seaweedfs(self.workdir / "seaweedfs", bucket="longeval-scale",
                                       extra_args=[f"-metricsPort={port}"], verbosity=2)
         self.meter = S3Meter(self.server, port)
@@ -478,6 +487,8 @@ class Harness:
     def close(self) -> None:
         if self.server is not None:
             self.server.stop()
+            if not self.args.keep:
+                shutil.rmtree(self.workdir / "seaweedfs" / "data", ignore_errors=True)
         shutil.rmtree(self.scratch, ignore_errors=True)
 
     def env(self, store: str) -> dict[str, str]:
@@ -552,7 +563,7 @@ class Harness:
             try:
                 code = proc.wait(timeout=self.args.stage_timeout_s)
             except subprocess.TimeoutExpired:
-                sampler.aborted = f"aborted: over --stage-timeout-s {self.args.stage_timeout_s:g}"
+                sampler.aborted = f"aborted: over {self.args.stage_timeout_s:g} s"
                 import psutil
 
                 kill_tree([psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)])
@@ -649,8 +660,9 @@ def _growth(small: float, big: float) -> float:
 
 
 def stage_max(run: RunFigures, fn: Callable[[StageFigures], float], stages: tuple[str, ...] = STAGES) -> float:
-    """The largest figure over a run's finished stages."""
-    return max((fn(s) for s in run.stages if s.stage in stages and s.status == "ok"), default=0.0)
+    """The largest figure over a run's stages that ran (an aborted stage's figures are those until it was killed)."""
+    return max((fn(s) for s in run.stages if s.stage in stages and not s.status.startswith("skipped")),
+               default=0.0)
 
 
 def per_run(name: str, store: str, runs: list[RunFigures], value: Callable[[RunFigures], float], limit: float,
@@ -658,22 +670,24 @@ def per_run(name: str, store: str, runs: list[RunFigures], value: Callable[[RunF
     """A target judged on each run alone: met when every run's figure is within `limit` (an aborted run misses)."""
     measured, met = {}, True
     for run in runs:
-        if run.aborted:
-            measured[f"{run.scale}x"], met = f"n/a ({run.aborted[:70]})", False
-            continue
         figure = value(run)
         measured[f"{run.scale}x"] = shown(figure)
         met = met and figure <= limit
+        if run.aborted:  # the figures of what ran; the run itself misses
+            measured[f"{run.scale}x"] += f" ({run.aborted})"
+            met = False
     return Verdict(name, store, measured, met)
 
 
 def growth(name: str, store: str, small: RunFigures, big: RunFigures, fn: Callable[[StageFigures], float]) -> Verdict:
     """A figure's growth from the smallest to the largest scale, at most 10 %."""
-    if big.aborted or small.aborted:
-        return Verdict(name, store, {"growth": f"n/a ({(big.aborted or small.aborted)[:70]})"}, False)
     a, b = stage_max(small, fn), stage_max(big, fn)
-    return Verdict(name, store, {f"{small.scale}x": f"{a / MIB:.0f} MiB", f"{big.scale}x": f"{b / MIB:.0f} MiB",
-                                 "growth": f"{100 * _growth(a, b):+.0f} %"}, _growth(a, b) <= 0.10)
+    measured = {f"{small.scale}x": f"{a / MIB:.0f} MiB", f"{big.scale}x": f"{b / MIB:.0f} MiB",
+                "growth": f"{100 * _growth(a, b):+.0f} %"}
+    if big.aborted or small.aborted:  # a figure of an aborted stage is where it was killed: at least that
+        measured["growth"] += f" or more ({big.aborted or small.aborted})"
+        return Verdict(name, store, measured, False)
+    return Verdict(name, store, measured, _growth(a, b) <= 0.10)
 
 
 METADATA_STAGES = ("plan", "score", "report", "html", "resume")
@@ -743,33 +757,29 @@ def _size(value: float) -> str:
     return f"{value / 1024:.0f} K" if value else "0"
 
 
-def stage_table(run: RunFigures) -> Any:
-    from rich.table import Table
-
+def stage_rows(run: RunFigures) -> tuple[str, list[str], list[list[str]]]:
+    """A run's title, columns and one row per stage (for the terminal and for Markdown)."""
     label = f"{run.scale}x" if run.scale else "baseline"
     title = (f"{label} on {run.store}: {run.tasks} tasks x {len(run.lengths)} lengths x {run.samples} samples "
              f"= {run.instances:,} instances in {run.instance_shards:,} shards ({_size(run.instance_bytes)}B); "
              f"{run.wall_s:.0f} s")
-    table = Table(title=title, title_justify="left")
     columns = ["stage", "status", "wall s", "driver peak", "gen peak", "replica peak", "scorer peak", "ray other",
-               "files", "data files", "driver read" if run.store == "s3" else "driver store read"]
-    columns += ["S3 req", "files touched", "req/file", "LIST (max/prefix)", "S3 sent"] if run.store == "s3" else [
-        "workers read"]
-    for col in columns:
-        table.add_column(col, justify="left" if col in ("stage", "status") else "right")
+               "files", "data files"]
+    columns += (["S3 req", "files touched", "req/file", "LIST (max/prefix)", "S3 sent"] if run.store == "s3"
+                else ["driver store read", "workers read"])
+    rows = []
     for s in run.stages:
         if s.status.startswith("skipped"):
-            table.add_row(s.stage, "skipped", *[""] * (len(columns) - 2))
+            rows.append([s.stage, "skipped", *[""] * (len(columns) - 2)])
             continue
 
         def peak(kind: str, s: StageFigures = s) -> str:
             k = s.kinds.get(kind)
             return f"{_size(k['peak_rss_max'])} x{int(k['processes'])}" if k else ""
 
-        row = [s.stage, "ok" if s.status == "ok" else s.status[:40], f"{s.wall_s:.1f}", _size(s.driver_peak_rss),
+        row = [s.stage, s.status[:60], f"{s.wall_s:.1f}", _size(s.driver_peak_rss),
                peak("generate"), peak("replica"), peak("scorer"), peak("ray (other)"),
-               str(sum(s.files_written.values())), str(s.data_files_written),
-               _size(s.driver_store_read if run.store == "local" else s.driver_rchar)]
+               str(sum(s.files_written.values())), str(s.data_files_written)]
         if run.store == "s3":
             q = s.s3
             row += [str(q.get("requests", "")), str(q.get("files_touched", "")),
@@ -777,9 +787,47 @@ def stage_table(run: RunFigures) -> Any:
                     f"{q.get('list_requests', '')} ({q.get('most_listings_of_one_prefix', '')})",
                     _size(q.get("bytes_sent", 0))]
         else:
-            row.append(_size(sum(k["rchar"] for k in s.kinds.values())))
+            row += [_size(s.driver_store_read), _size(sum(k["rchar"] for k in s.kinds.values()))]
+        rows.append(row)
+    return title, columns, rows
+
+
+def stage_table(run: RunFigures) -> Any:
+    from rich.table import Table
+
+    title, columns, rows = stage_rows(run)
+    table = Table(title=title, title_justify="left")
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("stage", "status") else "right")
+    for row in rows:
         table.add_row(*row)
     return table
+
+
+def _markdown(columns: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return "\n".join(lines + ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows])
+
+
+def markdown(runs: list[RunFigures], verdicts: list[Verdict]) -> str:
+    """The same tables as the terminal's, as Markdown (for benchmarks/README.md)."""
+    parts = []
+    for run in runs:
+        title, columns, rows = stage_rows(run)
+        parts += [f"**{title}**", "", _markdown(columns, rows), ""]
+    parts += ["**targets**", "", _markdown(["store", "target", "measured", "met"], [
+        [v.store, v.target, ", ".join(f"{k}: {x}" for k, x in v.measured.items()),
+         "met" if v.met else ("not met" if v.met is False else "n/a")] for v in verdicts])]
+    return "\n".join(parts) + "\n"
+
+
+def load_runs(path: Path) -> list[RunFigures]:
+    """The runs of a `--json` file, as figures again."""
+    runs = []
+    for raw in json.loads(path.read_text())["runs"]:
+        stages = [StageFigures(**stage) for stage in raw.pop("stages")]
+        runs.append(RunFigures(**raw, stages=stages))
+    return runs
 
 
 def verdict_table(verdicts: list[Verdict]) -> Any:
@@ -810,8 +858,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="engine pools: lengths up to each edge (cluster.bucket_edges)")
     parser.add_argument("--step-s", type=float, default=0.08, help="the stand-in's seconds per engine step")
     parser.add_argument("--rows-per-step", type=int, default=4, help="rows the stand-in finishes per step")
-    parser.add_argument("--memory-limit-gb", type=float, default=14.0,
-                        help="kill a stage whose processes hold more than this together")
+    parser.add_argument("--memory-limit-gb", type=float, default=None,
+                        help="kill a stage whose processes hold more than this together (default: 80 %% of the memory "
+                             "available at the start)")
     parser.add_argument("--stage-timeout-s", type=float, default=3600.0)
     parser.add_argument("--sample-s", type=float, default=0.2, help="process sampling interval")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a new folder under /tmp")
@@ -819,6 +868,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="skip the baseline run (one instance per task), whose driver reads are subtracted")
     parser.add_argument("--keep", action="store_true", help="keep local run roots (S3 data goes with the server)")
     parser.add_argument("--json", type=Path, default=None, help="write every figure to this file")
+    parser.add_argument("--markdown", type=Path, default=None, help="also write the tables as Markdown")
+    parser.add_argument("--render", type=Path, default=None,
+                        help="run nothing: print (and --markdown) the tables of an earlier --json file")
     return parser.parse_args(argv)
 
 
@@ -827,6 +879,12 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["_driver"]:
         return driver_main(argv[1:])
     args = parse_args(argv)
+    if args.render:
+        return render(args)
+    if args.memory_limit_gb is None:
+        import psutil
+
+        args.memory_limit_gb = round(0.8 * psutil.virtual_memory().available / GIB, 1)
     from rich.console import Console
 
     console = Console(width=None if sys.stdout.isatty() else 240)
@@ -852,6 +910,7 @@ def main(argv: list[str] | None = None) -> int:
                           args.step_s, args.rows_per_step, squad, hotpot)
             for store in args.store:
                 console.print(stage_table(harness.run(shape, scale, store)))
+                write_json(args, harness.runs)  # after every run: a long invocation cut short keeps its figures
     finally:
         harness.close()
     verdicts = judge(harness.runs)
@@ -860,12 +919,35 @@ def main(argv: list[str] | None = None) -> int:
     console.print(verdict_table(verdicts))
     console.print(f"load average at the end {os.getloadavg()[0]:.1f}")
     if args.json:
-        args.json.write_text(json.dumps({"args": {k: str(v) if isinstance(v, Path) else v
-                                                  for k, v in vars(args).items()},
-                                         "runs": [asdict(r) for r in harness.runs],
-                                         "targets": [asdict(v) for v in verdicts]}, indent=2, default=str))
+        write_json(args, harness.runs, verdicts)
         console.print(f"figures: {args.json}")
+    if args.markdown:
+        args.markdown.write_text(markdown(harness.runs, verdicts))
     return 0
+
+
+def render(args: argparse.Namespace) -> int:
+    """`--render`: the tables and verdicts of a finished invocation, from its JSON."""
+    from rich.console import Console
+
+    console = Console(width=None if sys.stdout.isatty() else 240)
+    runs = load_runs(args.render)
+    verdicts = judge(runs)
+    for run in runs:
+        console.print(stage_table(run))
+    console.print(verdict_table(verdicts))
+    if args.markdown:
+        args.markdown.write_text(markdown(runs, verdicts))
+    return 0
+
+
+def write_json(args: argparse.Namespace, runs: list[RunFigures], verdicts: list[Verdict] | None = None) -> None:
+    """Every figure, and the targets' verdicts, to `--json`."""
+    if args.json:
+        options = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+        args.json.write_text(json.dumps({"args": options, "runs": [asdict(r) for r in runs],
+                                         "targets": [asdict(v) for v in verdicts or judge(runs)]},
+                                        indent=2, default=str))
 
 
 if __name__ == "__main__":

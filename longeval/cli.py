@@ -95,7 +95,11 @@ def cmd_run(overrides: list[str], stages: tuple[str, ...]) -> None:
     from longeval.pipeline import run
 
     cfg = load_config(overrides)
-    console.print(f"[bold]longeval[/] {' '.join(stages)}: model {cfg.model.name}, suite {cfg.suite.name} "
+    suite = cfg.suite.name  # the name alone would misstate a suite whose tasks the command line replaced
+    if any(o.lstrip("+~").split("=", 1)[0] == "suite.tasks" for o in overrides):
+        suite += f" (tasks overridden: {', '.join(cfg.suite.tasks)})" if len(cfg.suite.tasks) <= 4 else \
+            " (tasks overridden)"
+    console.print(f"[bold]longeval[/] {' '.join(stages)}: model {cfg.model.name}, suite {suite} "
                   f"({len(cfg.suite.tasks)} tasks x {len(cfg.suite.lengths)} lengths x {cfg.suite.samples} samples)"
                   f" -> {cfg.run_root}")
     with interrupt.watch():
@@ -347,6 +351,7 @@ def cmd_report(args: argparse.Namespace) -> None:
     from longeval.stages.summarise import summarise_root
 
     _probe(roots)
+    _warn_if_written(roots)
     result = write_report(roots, args.output or "report.html", resamples=args.resamples, seed=args.seed,
                           compare=not args.no_compare, summarise=summarise_root)
     for run in result.runs:
@@ -372,6 +377,17 @@ def _probe(roots: list[str]) -> None:
             root.probe()
 
 
+def _warn_if_written(roots: list[str]) -> None:
+    """One line per run root another live process is writing (holds its lease): its numbers may still change."""
+    from longeval.lease import writer_warning
+    from longeval.store import RunRoot
+
+    for uri in roots:
+        warning = writer_warning(RunRoot(uri))
+        if warning:
+            console.print(f"[bold yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+
+
 def cmd_compare(args: argparse.Namespace) -> None:
     from longeval.compare import compare_scores
     from longeval.report.runs import load_scores, provenance_pairs
@@ -379,6 +395,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
     from longeval.store import RunRoot
 
     _probe([args.a, args.b])
+    _warn_if_written([args.a, args.b])
     a, b = RunRoot(args.a).uri, RunRoot(args.b).uri
     comparison = compare_scores(load_scores(a), load_scores(b), resamples=args.resamples, seed=args.seed,
                                 provenance=provenance_pairs(a, b), names=(a, b))

@@ -250,6 +250,14 @@ class StoreConfig:
     shared_filesystem: bool = False
     """The local `root` is on a filesystem every Ray node mounts at the same path (NFS, Lustre, ...). A run on a
     cluster of more than one node refuses a local root without it: each node would write to its own disk."""
+    lease_heartbeat_s: float = 30.0
+    """How often a run renews the heartbeat of its lease on the run root (`_lease/`, longeval/lease.py)."""
+    lease_stale_s: float = 300.0
+    """A lease whose heartbeat is older than this is stale: its holder is taken for dead and the next run takes
+    it over. Keep it well above lease_heartbeat_s and above the clock skew between hosts."""
+    take_over_lease: bool = False
+    """Take the run root's lease even from a holder that still looks alive (one you know is dead, on a host
+    that cannot be checked from here)."""
 
 
 @dataclass
@@ -663,6 +671,10 @@ def _check(cfg: Config, preset_scopes: frozenset[str] = frozenset()) -> None:
     if cfg.cluster.commit_interval_s < 0:
         raise ConfigError(f"cluster.commit_interval_s={cfg.cluster.commit_interval_s}: expected seconds >= 0, "
                           "e.g. cluster.commit_interval_s=30 (0 commits every prediction at once)")
+    if not 0 < 2 * cfg.store.lease_heartbeat_s <= cfg.store.lease_stale_s:
+        raise ConfigError(f"store.lease_heartbeat_s={cfg.store.lease_heartbeat_s} and store.lease_stale_s="
+                          f"{cfg.store.lease_stale_s}: expected a heartbeat > 0 at most half the stale limit, e.g. "
+                          "store.lease_heartbeat_s=30 store.lease_stale_s=300")
     if cfg.cluster.scorer_timeout_s <= 0:
         raise ConfigError(f"cluster.scorer_timeout_s={cfg.cluster.scorer_timeout_s}: expected seconds > 0, "
                           "e.g. cluster.scorer_timeout_s=30")

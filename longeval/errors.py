@@ -48,6 +48,10 @@ class DamagedShardError(StoreError):
     """A committed shard whose bytes no longer match its commit record; it has been set aside to be redone."""
 
 
+class LeaseHeldError(StoreError):
+    """Another live process holds the run root's lease: two writers would do the same work twice."""
+
+
 def find_error(exc: BaseException, kind: type[E]) -> E | None:
     """The `kind` error in `exc`: itself, its causes, or the one a Ray worker raised. A Ray task error is an
     instance of its cause's class too but prints the whole remote traceback, so its `cause` is what is returned."""

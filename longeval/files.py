@@ -11,6 +11,9 @@ nor pickled when a location goes to a Ray worker.
 Transient S3 errors (connection refused, timeouts, 5xx, throttling) are retried with exponential backoff for up
 to `patience_s` seconds (default 300, `LONGEVAL_S3_PATIENCE_S`), so a store that restarts mid-run costs a pause,
 not the run. Other failures become a `StoreError` that names the endpoint and what to check.
+
+One S3 request goes through boto3 instead: the conditional PutObject (`If-None-Match: *`) behind `Location.create`,
+which pyarrow cannot send; it uses the same environment.
 """
 
 from __future__ import annotations
@@ -265,6 +268,7 @@ class Location:
             "connect_timeout": self.connect_timeout,
             # Our own retry loop (tenacity) decides; the SDK's default three tries would multiply it.
             "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=1),
+            "allow_delayed_open": True,
         }
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         if region:
@@ -342,6 +346,71 @@ class Location:
                 out.write(data)
 
         self.call(f"write {self.path(rel)}", put)
+
+    def create(self, rel: str, data: bytes) -> bool:
+        """Publish `data` at `rel` only if nothing is there yet; True when this call created it.
+
+        The one atomic "first writer wins" this layer offers, for leases: locally a complete temp file hard-linked
+        to the target (`link` fails if the name exists, and readers never see a partial file); on S3 a PutObject
+        with `If-None-Match: *`, which the server refuses with 412 when the key exists (AWS, SeaweedFS >= 4).
+        A retried S3 request whose first try landed answers False: callers read the file back to tell.
+        """
+        if self.kind == "local":
+            return self._local_create(rel, data)
+        return self._s3_create(rel, data)
+
+    def _local_create(self, rel: str, data: bytes) -> bool:
+        final = Path(self.base, rel)
+        tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex[:12]}{TMP_SUFFIX}")
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, final)
+            except FileExistsError:
+                return False
+            return True
+        except OSError as exc:
+            raise self.error(f"create {final}", exc) from exc
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+
+    def _s3_create(self, rel: str, data: bytes) -> bool:
+        # pyarrow has no conditional writes: this one request goes through boto3, set up from the same
+        # environment (endpoint, region, credentials chain) as the pyarrow filesystem.
+        import boto3
+        from botocore.config import Config as BotoConfig
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+        client = boto3.session.Session().client(  # a session of its own: boto3's default one is not thread-safe
+            "s3", endpoint_url=self.endpoint.url if self.endpoint else None,
+            region_name=region or ("us-east-1" if self.endpoint else None),
+            config=BotoConfig(connect_timeout=self.connect_timeout, retries={"max_attempts": 1}))
+        key = self.full(rel).removeprefix(f"{self.bucket}/")
+
+        def put() -> bool:
+            try:
+                client.put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*")
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code", "")
+                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+                if code == "PreconditionFailed" or status == 412:
+                    return False  # the key exists
+                if code == "ConditionalRequestConflict" or status == 409:
+                    return False  # AWS: a concurrent conditional write to the key won
+                if status >= 500 or code in ("SlowDown", "ServiceUnavailable", "InternalError"):
+                    raise ConnectionError(f"HTTP status {status}: {exc}") from exc
+                raise OSError(f"{code or status}: {exc}") from exc
+            except BotoCoreError as exc:  # endpoint unreachable, timeouts
+                raise ConnectionError(f"AWS Error NETWORK_CONNECTION: {exc}") from exc
+            return True
+
+        return self.call(f"create {self.path(rel)}", put)
 
     def _local_atomic(self, rel: str, data: bytes | pa.Buffer) -> None:
         """Write to a temp file beside the target, fsync, then rename over it (atomic on POSIX)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from longeval import tracking
+from longeval import lease, tracking
 from longeval.adaptive_run import run_rounds, write_adaptive
 from longeval.config import Config
 from longeval.errors import ConfigError, DamagedShardError
@@ -33,14 +33,22 @@ STAGES = ("generate", "infer", "score", "report")
 
 
 def run(cfg: Config, *, stages: Iterable[str] = STAGES, progress=None) -> RunResult:
+    """Run `stages` on the config's run root, holding the root's lease (`longeval.lease`): a second run that would
+    generate or infer on the same root refuses, one that only scores or reports warns."""
     stages = list(stages)
+    root = RunRoot(cfg.run_root, remember_listings=True)  # stages others write say so (`written_elsewhere`)
+    root.probe()  # a wrong endpoint, bucket or key fails now; later S3 errors are waited out (store.py)
+    with lease.hold(root, cfg.store, command=f"longeval {' '.join(stages)}",
+                    writer=bool({"generate", "infer"} & set(stages))):
+        return _run(cfg, stages, root, progress)
+
+
+def _run(cfg: Config, stages: list[str], root: RunRoot, progress) -> RunResult:
     if cfg.suite.adaptive and len({"generate", "infer"} & set(stages)) == 1:
         raise ConfigError("an adaptive run (suite.adaptive=true) decides each round's shards from the last round's "
                           "scores: run generate and infer together (`longeval run`)")
     model_path = str(resolve_model_path(cfg.model.path))
     plan = make_plan(cfg)
-    root = RunRoot(cfg.run_root)
-    root.probe()  # a wrong endpoint, bucket or key fails now; later S3 errors are waited out (store.py)
     adopted = root.adopt_legacy()  # a run root from before commit records: keep its finished work
     if adopted:
         log.warning("run root %s predates commit records: adopted its %d finished shards", root.uri, adopted)
@@ -120,5 +128,6 @@ def _run_stages(cfg: Config, plan: Plan, root: RunRoot, model_path: str, stages:
             if attempt == DAMAGE_RETRIES:
                 raise
             log.warning("%s", exc)
+            root.forget_listings()  # set aside by a replica or a generation actor: list the stages again
             init_ray(cfg)  # redoing the shard needs Ray even when the run looked finished
     return None

@@ -17,9 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import posixpath
 import uuid
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +47,10 @@ LEGACY_STAGES = ("instances", "predictions", "scores", "summary")
 
 READ_THREADS = 8
 """Shards read at once by `read_stage`: S3 round trips overlap, and a local disk does not mind."""
+
+BULKY_COLUMNS = frozenset({"prompt", "prompt_token_ids", "output", "references", "meta"})
+"""Columns whose reads are never kept in memory by a root that remembers listings (`read_stage`): the driver's
+memory must not grow with prompt and output bytes."""
 
 ROW_GROUP_BYTES = 4 << 20
 """About this many bytes of a table per Parquet row group: a reader that wants a few rows of a shard of long
@@ -100,13 +107,30 @@ class RunRoot:
     """The folder (or S3 prefix) that holds everything one evaluation run writes.
 
     `uri` and the retry settings are those of `longeval.files.Location`, which every file access goes through.
+
+    `remember_listings`: list each stage folder once and keep the names, updated by this object's own writes and
+    deletes (on S3 a listing is a request per 1,000 keys, and a driver asks for a stage's shards a dozen times
+    in one command). Only for a process that is the stage's one writer, or whose readers want one snapshot:
+    while other processes write a stage (generation actors, engine replicas), the caller says so with
+    `written_elsewhere(stage)`, and that stage is listed afresh on every call until the block ends.
     """
 
     def __init__(
-        self, uri: str, *, attempts: int = 3, connect_timeout: float = 5.0, patience_s: float | None = None
+        self, uri: str, *, attempts: int = 3, connect_timeout: float = 5.0, patience_s: float | None = None,
+        remember_listings: bool = False,
     ) -> None:
         # A Location pickles without its filesystem, so a RunRoot shipped to a Ray worker rebuilds it there.
         self._loc = Location(uri, attempts=attempts, connect_timeout=connect_timeout, patience_s=patience_s)
+        self._listed: dict[str, set[str]] | None = {} if remember_listings else None
+        """Base names of the files in each listed folder (`rel` -> names), when listings are remembered."""
+        self._elsewhere: Counter[str] = Counter()
+        """Folders other processes are writing now: never remembered."""
+        self._kept: dict[tuple[str, tuple[str, ...], frozenset[str]], pa.Table] = {}
+        """Metadata columns read while the stage's listing was remembered: (stage, columns, names) -> table."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Another process sees other writes: it starts with no remembered listings.
+        return {**self.__dict__, "_listed": None, "_elsewhere": Counter(), "_kept": {}}
 
     # -- identity ---------------------------------------------------------------------------------------
 
@@ -137,6 +161,7 @@ class RunRoot:
                        row_group_size=rows_per_group(table))
         data = sink.getvalue()
         self._loc.write_bytes(self._rel(stage, name + _PARQUET), data)
+        self._wrote(self._rel(stage, name + _PARQUET))
         record = {"rows": table.num_rows, "bytes": data.size, "sha256": hashlib.sha256(data).hexdigest()}
         self.write_bytes(self._commit_name(stage, name), json.dumps(record, sort_keys=True).encode("utf-8"))
 
@@ -169,15 +194,25 @@ class RunRoot:
         names = sorted(self.shard_names(stage) if names is None else names)
         if not names:
             return schema.empty_table() if schema is not None else pa.table({})
+        # A driver reads the same metadata columns several times per command (what is left, what is planned,
+        # what is final): a root that remembers the stage's listing keeps them until the stage changes.
+        key = (stage, tuple(columns or ()), frozenset(names))
+        keep = columns is not None and not BULKY_COLUMNS & set(columns) and self._remembered(self._rel(stage)) \
+            and self._remembered(self._rel(_MANIFEST, stage))
+        if keep and key in self._kept and self._kept[key].schema.equals(schema or self._kept[key].schema):
+            return self._kept[key]
         with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(names))) as pool:
             tables = list(pool.map(lambda n: self.read_shard(stage, n, schema, columns=columns), names))
         try:
-            return pa.concat_tables(tables, promote_options="default" if schema is None else "none")
+            table = pa.concat_tables(tables, promote_options="default" if schema is None else "none")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise StoreError(
                 f"shards of stage {stage!r} under {self.uri} have incompatible schemas ({exc}); "
                 "were they written by different longeval versions? Use a fresh run root or delete the stage"
             ) from exc
+        if keep:
+            self._kept[key] = table
+        return table
 
     def read_shard(self, stage: str, name: str, schema: pa.Schema | None = None, *,
                    columns: list[str] | None = None) -> pa.Table:
@@ -242,6 +277,7 @@ class RunRoot:
         self.write_bytes(target, self.read_bytes(source))
         self._loc.delete(self._commit_name(stage, name))
         self._loc.delete(self._rel(source))
+        self._removed(self._commit_name(stage, name), self._rel(source))
         return DamagedShardError(
             f"damaged shard {self.path(source)}: {why}. It was set aside as {self.path(target)} and will be "
             "written again; rerun the same command (finished work is kept)")
@@ -272,6 +308,7 @@ class RunRoot:
                 raise self._set_aside(stage, name, "its sha256 does not match its commit record")
         how = self._loc.copy(self._rel(source), to._loc, to._rel(stage, to_name + _PARQUET))
         self._loc.copy(self._commit_name(stage, name), to._loc, to._commit_name(stage, to_name))
+        to._wrote(to._rel(stage, to_name + _PARQUET), to._commit_name(stage, to_name))
         return CopiedShard(rows=rows, bytes=size, how=how)
 
     def stored_shards(self, stage: str) -> list[StoredShard]:
@@ -288,6 +325,7 @@ class RunRoot:
         are fine (another process removed them)."""
         self._loc.delete(self._commit_name(stage, name), missing_ok=True)
         self._loc.delete(self._rel(stage, name + _PARQUET), missing_ok=True)
+        self._removed(self._commit_name(stage, name), self._rel(stage, name + _PARQUET))
 
     def touch(self, stage: str, name: str) -> None:
         """Mark a finished shard as just used (its commit record's modification time), for least recently used
@@ -310,15 +348,79 @@ class RunRoot:
         may skip."""
         written = {
             base[: -len(_PARQUET)]
-            for base in self._loc.files(self._rel(stage))
+            for base in self._files(self._rel(stage))
             if base.endswith(_PARQUET) and not base.startswith(".")
         }
-        committed = {base.removesuffix(".json") for base in self._loc.files(self._rel(_MANIFEST, stage))}
+        committed = {base.removesuffix(".json") for base in self._files(self._rel(_MANIFEST, stage))}
         return written & committed
 
     def has(self, stage: str, name: str) -> bool:
         """Whether the shard `name` of `stage` is finished (written and committed)."""
+        if self._remembered(self._rel(stage)) and self._remembered(self._rel(_MANIFEST, stage)):
+            return name in self.shard_names(stage)
         return self.exists(self._commit_name(stage, name)) and self.exists(f"{self._rel(stage)}/{name}{_PARQUET}")
+
+    @contextmanager
+    def written_elsewhere(self, stage: str) -> Iterator[None]:
+        """While this block runs, other processes write `stage`: its listings are not remembered (and those
+        remembered before are dropped, at the start and at the end)."""
+        folders = (self._rel(stage), self._rel(_MANIFEST, stage))
+        self._elsewhere.update(folders)
+        self._forget(*folders)
+        try:
+            yield
+        finally:
+            self._elsewhere.subtract(folders)
+            self._forget(*folders)
+
+    def forget_listings(self) -> None:
+        """Drop every remembered listing and kept table: another process changed the root in a way this one
+        was not told of (a damaged shard set aside by a replica or a generation actor)."""
+        if self._listed is not None:
+            self._listed.clear()
+        self._kept.clear()
+
+    # -- remembered listings ----------------------------------------------------------------------------
+
+    def _files(self, rel: str) -> set[str]:
+        """Base names of the files directly in `rel`: remembered, or listed (and then remembered if allowed)."""
+        if self._remembered(rel):
+            return set(self._listed[rel])
+        names = set(self._loc.files(rel))
+        if self._listed is not None and self._elsewhere[rel] <= 0:
+            self._listed[rel] = names
+        return set(names)
+
+    def _remembered(self, rel: str) -> bool:
+        return self._listed is not None and rel in self._listed and self._elsewhere[rel] <= 0
+
+    def _wrote(self, *rels: str) -> None:
+        if self._listed is not None:
+            for rel in rels:
+                folder, base = posixpath.split(rel)
+                if folder in self._listed:
+                    self._listed[folder].add(base)
+                self._drop_kept(folder)
+
+    def _removed(self, *rels: str) -> None:
+        if self._listed is not None:
+            for rel in rels:
+                folder, base = posixpath.split(rel)
+                if folder in self._listed:
+                    self._listed[folder].discard(base)
+                self._drop_kept(folder)
+
+    def _forget(self, *rels: str) -> None:
+        if self._listed is not None:
+            for rel in rels:
+                self._listed.pop(rel, None)
+                self._drop_kept(rel)
+
+    def _drop_kept(self, folder: str) -> None:
+        """Forget the tables read from the stage whose data or commit records live in `folder`."""
+        stage = folder.removeprefix(_MANIFEST + "/")
+        for key in [k for k in self._kept if self._rel(k[0]) == stage]:
+            del self._kept[key]
 
     def adopt_legacy(self, stages: tuple[str, ...] = LEGACY_STAGES) -> int:
         """Commit the shards of a run root written before commit records existed; returns how many.
@@ -328,11 +430,11 @@ class RunRoot:
         (it is generated or predicted again). A root that has commit records is never touched: there, a shard
         without one was cut short.
         """
-        if self._loc.has_files(_MANIFEST):
-            return 0
+        if any(self._files(self._rel(_MANIFEST, stage)) for stage in LEGACY_STAGES):
+            return 0  # (every stage that commits is one of these: no recursive listing of every record)
         adopted = 0
         for stage in stages:
-            for base in self._loc.files(self._rel(stage)):
+            for base in sorted(self._files(self._rel(stage))):
                 if not base.endswith(_PARQUET) or base.startswith("."):
                     continue
                 data = self.read_bytes(f"{stage}/{base}")
@@ -379,6 +481,25 @@ class RunRoot:
     def write_bytes(self, name: str, data: bytes) -> None:
         """Write bytes at `<root>/<name>`, atomically."""
         self._loc.write_bytes(self._rel(name), data)
+        self._wrote(self._rel(name))
+
+    def create_bytes(self, name: str, data: bytes) -> bool:
+        """Write bytes at `<root>/<name>` only if nothing is there; True when this call created the file
+        (`Location.create`: the store's atomic first-writer-wins, for the run root's lease)."""
+        created = self._loc.create(self._rel(name), data)
+        if created:
+            self._wrote(self._rel(name))
+        return created
+
+    def files(self, folder: str) -> list[str]:
+        """Base names of the files directly inside `<root>/<folder>` (none when it does not exist), listed afresh
+        whatever `remember_listings` says: for folders other processes write (the lease's claims)."""
+        return self._loc.files(self._rel(folder))
+
+    def delete(self, name: str) -> None:
+        """Delete the file at `<root>/<name>`; a file already gone is fine."""
+        self._loc.delete(self._rel(name), missing_ok=True)
+        self._removed(self._rel(name))
 
     def read_text(self, name: str) -> str:
         return self.read_bytes(name).decode("utf-8")

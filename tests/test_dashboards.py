@@ -1,9 +1,13 @@
 """The W&B dashboards as objects: they build offline, have the expected sections and panels, and every key
-they ask for is one the logger produces (checked against a run root with every registered task)."""
+they ask for is one the logger produces (checked against a run root with every registered task).
+
+The families, their section titles and heatmaps come from the registry (`longeval.tasks.FAMILIES`): a new family
+is checked here by registering, with no edit to this file.
+"""
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import pytest
 import wandb_workspaces.reports.v2 as wr
@@ -11,7 +15,7 @@ import wandb_workspaces.workspaces as ws
 
 from longeval import dashboards
 from longeval.cli import main
-from longeval.config import load_config
+from longeval.config import conf_dir, load_config
 from longeval.errors import ConfigError
 from longeval.records import SCORE_SCHEMA
 from longeval.tasks import FAMILIES as FAMILIES_REGISTERED
@@ -21,6 +25,7 @@ from longeval.tracking import (
     RESULT_TABLES,
     STEP_METRIC,
     TrackingError,
+    family_metric_key,
     length_history,
     load_tables,
     plot_specs,
@@ -29,7 +34,6 @@ from longeval.tracking import (
 from tests import tracking_fixtures
 
 LENGTHS = (1024, 2048)
-FAMILIES = ("ruler", "sync", "michelangelo", "longbench_v2", "tail")
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +55,21 @@ def view():
     families: dict[str, list[str]] = defaultdict(list)
     for spec in TASKS.values():
         families[spec.family].append(spec.name)
-    return dashboards.View(families={f: tuple(families[f]) for f in FAMILIES}, lengths=LENGTHS)
+    return dashboards.View(families={f: tuple(families[f]) for f in FAMILIES_REGISTERED}, lengths=LENGTHS)
+
+
+def sections(view: dashboards.View) -> list[str]:
+    """The section titles, in order: the common ones around one per family, titled as the family declares."""
+    titles = [FAMILIES_REGISTERED[f].title for f in view.families]
+    return ["Leaderboard", "Length curves", *titles, "Depth x length heatmaps"]
+
+
+def family_curves(family: str, tasks: tuple[str, ...]) -> set[str]:
+    """The length curves of a family's section: its average, each task, and each task's cumulative curve if the
+    family reads them (Michelangelo)."""
+    cumulative = FAMILIES_REGISTERED[family].cumulative_curves
+    return ({f"curve/{family}/avg"} | {f"curve/{family}/{t}" for t in tasks}
+            | ({f"cumulative/{family}/{t}" for t in tasks} if cumulative else set()))
 
 
 def referenced(panels) -> dict[str, set[str]]:
@@ -79,15 +97,13 @@ def _columns(columns: list[str]) -> set[str]:
 def test_workspace_has_the_standard_sections_and_serialises_offline(view):
     workspace = dashboards.workspace("ent", "proj", view)
     assert isinstance(workspace, ws.Workspace)
-    assert [s.name for s in workspace.sections] == ["Leaderboard", "Length curves", "RULER", "SYNC", "Michelangelo",
-                                                    "LongBench v2", "TAIL", "Depth x length heatmaps"]
-    sections = {s.name: s for s in workspace.sections}
-    assert sections["Leaderboard"].pinned and sections["Leaderboard"].is_open
-    ruler = referenced(sections["RULER"].panels)
-    assert {f"curve/ruler/{t}" for t in view.families["ruler"]} | {"curve/ruler/avg"} == ruler["history"]
-    assert len(referenced(sections["Michelangelo"].panels)["history"]) == 1 + 2 * len(view.families["michelangelo"])
-    assert referenced(sections["Depth x length heatmaps"].panels)["media"] == {
-        "heatmaps/ruler", "heatmaps/sync", "heatmaps/michelangelo", "heatmaps/tail"}
+    assert [s.name for s in workspace.sections] == sections(view)
+    by_name = {s.name: s for s in workspace.sections}
+    assert by_name["Leaderboard"].pinned and by_name["Leaderboard"].is_open
+    for family, tasks in view.families.items():
+        assert referenced(by_name[FAMILIES_REGISTERED[family].title].panels)["history"] == family_curves(family, tasks)
+    assert referenced(by_name["Depth x length heatmaps"].panels)["media"] == {
+        f"heatmaps/{f}" for f in view.families if FAMILIES_REGISTERED[f].has_depth}
     model = workspace._to_model()  # the spec W&B would receive: builds without network or credentials
     assert model.spec.section.panel_bank_config.sections[0].name == "Leaderboard"
 
@@ -106,16 +122,19 @@ def test_every_workspace_key_is_one_the_logger_produces(view, produced):
         "headline/threshold"}
     assert headline <= keys["summary"]
     assert {k for k in produced["history"] if k.startswith("curve/")} <= keys["history"]
-    assert {k for k in produced["summary"] if k.startswith(("tail/tail_headline/", "longbench_v2/breakdown/"))} <= keys[
-        "summary"]
+    # and a group of a family's metrics that its panels show several of (LongBench v2's breakdown, TAIL's
+    # headline) is shown whole
+    shown = Counter(family_metric_key(name, metric).rsplit("/", 1)[0] + "/" for name, family in
+                    FAMILIES_REGISTERED.items() for panel in family.panels for metric in panel.metrics)
+    groups = tuple(group for group, count in shown.items() if count > 1)
+    assert {k for k in produced["summary"] if k.startswith(groups)} <= keys["summary"]
 
 
 def test_report_has_the_same_views_with_the_same_keys(view, produced):
     report = dashboards.report("ent", "proj", view)
     assert isinstance(report, wr.Report) and report.entity == "ent" and report.project == "proj"
     headings = [b.text for b in report.blocks if isinstance(b, wr.H1 | wr.H2)]
-    assert headings == ["Leaderboard", "Length curves", "RULER", "SYNC", "Michelangelo", "LongBench v2", "TAIL",
-                        "Depth x length heatmaps"]
+    assert headings == sections(view)
     grids = [b for b in report.blocks if isinstance(b, wr.PanelGrid)]
     keys: dict[str, set[str]] = defaultdict(set)
     for grid in grids:
@@ -133,14 +152,16 @@ def test_leaderboard_columns_follow_the_suites():
     columns = dashboards.leaderboard_columns(ruler)
     assert columns[0] == "run:displayName" and "summary:headline/effective_length" in columns
     assert [c for c in columns if c.startswith("summary:avg/")] == [f"summary:avg/{n}" for n in ruler.lengths]
-    everything = dashboards.default_view()
-    assert list(everything.families) == list(FAMILIES)
+    everything = dashboards.default_view()  # every suite in conf/suite: the families in the registry's order
+    assert list(everything.families) == [f for f in FAMILIES_REGISTERED if f in everything.families]
+    suites = conf_dir() / "suite"
+    assert set(everything.families) >= {f for f in FAMILIES_REGISTERED if (suites / f"{f}.yaml").is_file()}
     with pytest.raises(ConfigError, match="unknown suite 'nope'"):
         dashboards.default_view(["nope"])
 
 
 def test_a_familys_section_shows_the_panels_it_declares(monkeypatch):
-    toy = Family(name="toy", title="Toy", tasks=(), has_depth=False, cumulative_curves=True,
+    toy = Family(name="toy", title="Toy", tasks=(), intro="A toy family.", has_depth=False, cumulative_curves=True,
                  panels=(Panel("by group (%)", ("by group/Hard Cases", "by group/easy")), Panel(table="toy_table")))
     monkeypatch.setitem(FAMILIES_REGISTERED, "toy", toy)
     panels = dashboards.family_panels("toy", ("t1",))

@@ -79,6 +79,15 @@ def test_every_metadata_path_reads_a_small_fraction_of_the_instances(huge, tiny_
         assert _rchar() - before < 0.02 * size, f"{name} read {_rchar() - before:,} of {size:,} bytes"
 
 
+def test_a_family_table_reads_only_its_own_family_shards(huge) -> None:
+    root, _ = huge
+    scores = pa.table({"family": ["sync"], "model_id": ["m"], "instance_id": ["x"]})
+    before = _rchar()
+    rows = rows_with_meta(root, scores, "sync")  # the root holds only RULER shards
+    assert _rchar() - before < 20_000 and rows == {"m": [{"family": "sync", "model_id": "m", "instance_id": "x",
+                                                          "meta": "{}"}]}
+
+
 def test_a_replica_reads_only_the_row_groups_of_its_prompts(huge) -> None:
     root, size = huge
     reader = PromptReader(root)
@@ -87,9 +96,33 @@ def test_a_replica_reads_only_the_row_groups_of_its_prompts(huge) -> None:
     read = _rchar() - before
     assert len(request.prompt_token_ids) == TOKENS and request.max_new_tokens == 128
     assert read < 0.3 * size / len(SHARDS), f"read {read:,} bytes for one prompt of {ROWS * len(SHARDS)}"
-    # held: at most `groups` row groups, Arrow buffers
-    assert sum(t.nbytes for t in reader.groups.values()) <= reader.groups_max * 10 * TOKENS
+    # held: at most `group_bytes` of row groups (Arrow buffers), or the one group being read
+    held = sum(t.nbytes for t in reader.groups.values())
+    assert held == reader.group_bytes and (held <= reader.group_bytes_max or len(reader.groups) == 1)
     reader.close()
+
+
+def test_prompts_asked_for_across_many_shards_are_read_once(tmp_path: Path) -> None:
+    """A replica's list interleaves the shards of a task and length (it is sorted by context): 12 shards of short
+    prompts, asked for row by row across all of them, still cost each shard's bytes about once."""
+    root = RunRoot(str(tmp_path / "run"))
+    rng = np.random.default_rng(1)
+    shards = [ShardName("ruler", "vt", 4096, 42, i) for i in range(12)]
+    for shard in shards:
+        rows = [{"instance_id": f"{shard.shard_index}-{i}", "family": "ruler", "task": "vt", "target_length": 4096,
+                 "input_tokens": 4096, "max_new_tokens": 16, "seed": 42, "shard_index": shard.shard_index,
+                 "index": i, "prompt": "", "prompt_token_ids": rng.integers(0, 50_000, 4096, dtype=np.int32),
+                 "references": ["x"], "meta": "{}", "metric": "string_match_all"} for i in range(10)]
+        root.write_table("instances", shard.text, pa.Table.from_pylist(rows, schema=INSTANCE_SCHEMA))
+    size = sum(f.stat().st_size for f in (root.local_path() / "instances").iterdir())
+    reader = PromptReader(root)
+    before = _rchar()
+    for i in range(10):
+        for shard in shards:
+            assert len(reader.request(f"{shard.shard_index}-{i}", shard.prefix).prompt_token_ids) == 4096
+    read = _rchar() - before
+    reader.close()
+    assert read < 1.5 * size, f"read {read:,} bytes of {size:,} for 120 prompts in 12 shards"
 
 
 def test_a_damaged_page_in_a_column_read_sets_the_shard_aside(huge) -> None:

@@ -98,7 +98,7 @@ def load_run(uri: str, *, summarise: Callable[[RunRoot], Any] | None = None) -> 
     Raises:
         StoreError: the root has neither summaries nor scores (not a run root, or not scored yet).
     """
-    root = RunRoot(uri)
+    root = RunRoot(uri, remember_listings=True)  # one command, one snapshot of the root
     root.adopt_legacy()  # a run root from before commit records: its finished shards count
     config = _config(root)
     tables = _summaries(root)
@@ -169,7 +169,7 @@ def load_scores(uri: str) -> pa.Table:
     Raises:
         StoreError: the run root has no scores.
     """
-    root = RunRoot(uri)
+    root = RunRoot(uri, remember_listings=True)  # one command, one snapshot of the root
     if not root.has("scores", "scores"):
         raise StoreError(f"run root {root.uri} has no scores/scores.parquet; run `longeval score` on it first")
     columns = ["instance_id", "model_id", "family", "task", "target_length", "score", "error_type"]
@@ -199,7 +199,7 @@ def provenance_pairs(uri_a: str, uri_b: str) -> dict[str, tuple[object, object]]
 def instance_rows(uri: str) -> pa.Table:
     """One row per scored instance with what a person needs to look at it: the references, the model's
     output (first 2000 characters) and its score, for the per-instance CSV beside a report."""
-    root = RunRoot(uri)
+    root = RunRoot(uri, remember_listings=True)  # one command, one snapshot of the root
     scores = root.read_stage("scores", SCORE_SCHEMA)
     instances = root.read_stage("instances", INSTANCE_SCHEMA,
                                 columns=["instance_id", "input_tokens", "references"])

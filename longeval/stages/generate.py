@@ -119,17 +119,18 @@ def generate(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=N
     )
     task_id = progress.add_task("generate shards", total=len(todo)) if progress else None
     written = hits = 0
-    for batch in ds.iter_batches(batch_size=1, batch_format="numpy"):
-        interrupt.check()
-        full = [str(message) for message in batch["disk_full"] if message]
-        if full:
-            raise DiskFullError(full[0])
-        written += len(batch["shard"])
-        hits += int(np.sum(batch["cached"]))
-        if progress:
-            progress.advance(task_id, len(batch["shard"]))
-            if hits:
-                progress.update(task_id, description=f"generate shards ({hits} from cache)")
+    with root.written_elsewhere("instances"):  # by the generation actors
+        for batch in ds.iter_batches(batch_size=1, batch_format="numpy"):
+            interrupt.check()
+            full = [str(message) for message in batch["disk_full"] if message]
+            if full:
+                raise DiskFullError(full[0])
+            written += len(batch["shard"])
+            hits += int(np.sum(batch["cached"]))
+            if progress:
+                progress.advance(task_id, len(batch["shard"]))
+                if hits:
+                    progress.update(task_id, description=f"generate shards ({hits} from cache)")
     if hits:
         log.info("%d of %d instance shards came from the instance cache", hits, written)
     return written

@@ -105,10 +105,11 @@ def _infer_round(cfg: Config, plan: Plan, root: RunRoot, engines: Engines, progr
         ran += todo.num_rows - send.num_rows
         if send.num_rows:
             pool = engines.size(pool, mine)
-            if cfg.model.engine == "openai":
-                ran += _infer_api(cfg, pool, send, root, engines.model_path, progress)
-            else:
-                ran += _infer_vllm(cfg, engines.replicas(pool), send, progress)
+            with root.written_elsewhere("predictions"):  # by the replicas (a restart lists what they finished)
+                if cfg.model.engine == "openai":
+                    ran += _infer_api(cfg, pool, send, root, engines.model_path, progress)
+                else:
+                    ran += _infer_vllm(cfg, engines.replicas(pool), send, progress)
     return ran
 
 
@@ -216,13 +217,16 @@ class PromptReader:
     """Reads a replica's prompts and nothing else: of each instance shard, its ids first, then only the row
     groups that hold the prompts asked for (`store.ROW_GROUP_BYTES` each).
 
-    What it holds is bounded by `open_files` open shards and `groups` decoded row groups, Arrow buffers (about
-    4 bytes a token), whatever the pool's or the suite's size; a prompt becomes a Python list (about 30 bytes a
-    token) only when it is handed to the engine.
+    What it holds is bounded by `open_files` open shards (a footer each, a few KB) and `group_bytes` of decoded
+    row groups, Arrow buffers (about 4 bytes a token), whatever the pool's or the suite's size; a prompt becomes a
+    Python list (about 30 bytes a token) only when it is handed to the engine. The bounds are generous on
+    purpose: a replica's list interleaves the shards of a task and length (it is sorted by context, not by shard),
+    so a cache of a few groups would read a short-prompt shard's group again for every row of it.
     """
 
-    def __init__(self, root: RunRoot, *, open_files: int = 4, groups: int = 4, references: bool = False) -> None:
-        self.root, self.open_files_max, self.groups_max = root, open_files, groups
+    def __init__(self, root: RunRoot, *, open_files: int = 256, group_bytes: int = 128 << 20,
+                 references: bool = False) -> None:
+        self.root, self.open_files_max, self.group_bytes_max = root, open_files, group_bytes
         self.columns = ["prompt_token_ids", "max_new_tokens", *(["references"] if references else [])]
         """`references` only for the stand-in engine, whose canned answers are some of them."""
         self.by_prefix: dict[str, list[str]] = {}  # a generated shard's name -> it and its follow-up shards
@@ -231,6 +235,7 @@ class PromptReader:
         self.where: dict[str, dict[str, tuple[int, int]]] = {}  # shard -> instance id -> (row group, row in it)
         self.files: OrderedDict[str, Any] = OrderedDict()
         self.groups: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
+        self.group_bytes = 0
 
     def request(self, instance_id: str, prefix: str) -> Request:
         for name in self.by_prefix.get(prefix, ()):
@@ -263,8 +268,9 @@ class PromptReader:
         key = (name, g)
         if key not in self.groups:
             self.groups[key] = self._file(name).read_row_group(g, columns=self.columns)
-            if len(self.groups) > self.groups_max:
-                self.groups.popitem(last=False)
+            self.group_bytes += self.groups[key].nbytes
+            while self.group_bytes > self.group_bytes_max and len(self.groups) > 1:
+                self.group_bytes -= self.groups.popitem(last=False)[1].nbytes
         self.groups.move_to_end(key)
         return self.groups[key]
 
@@ -273,6 +279,7 @@ class PromptReader:
             file.close(force=True)
         self.files.clear()
         self.groups.clear()
+        self.group_bytes = 0
 
 
 class _Writer:

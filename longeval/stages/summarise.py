@@ -115,7 +115,9 @@ def run_status(cfg: Config, root: RunRoot) -> dict:
 
 def rows_with_meta(root: RunRoot, scores: pa.Table, family: str) -> dict[str, list[dict]]:
     """One family's score rows with their instance's `meta` JSON, per model (for family-specific tables)."""
-    instances = root.read_stage("instances", INSTANCE_SCHEMA, columns=["instance_id", "family", "meta"])
+    # Only the family's shards (their names start with it): `meta` is the bulk of a shard's metadata.
+    names = [n for n in root.shard_names("instances") if n.startswith(family + ".")]
+    instances = root.read_stage("instances", INSTANCE_SCHEMA, columns=["instance_id", "family", "meta"], names=names)
     mine = instances.filter(pc.equal(instances["family"], family))
     meta = dict(zip(mine["instance_id"].to_pylist(), mine["meta"].to_pylist(), strict=True))
     rows: dict[str, list[dict]] = {}

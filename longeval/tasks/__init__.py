@@ -26,10 +26,18 @@ TASKS: dict[str, TaskSpec] = {}
 
 
 def register(family: Family) -> Family:
-    """Add a family and its tasks (a plugin calls this on import); a family's name and its task keys must be
-    new, and every task must belong to it and carry a judge."""
+    """Add a family and its tasks (a plugin calls this on import).
+
+    A family's name must be new and its intro (the report's paragraph) non-empty; every task must belong to it,
+    carry a judge, and have a bare name no other task has, since `suite.tasks` and `suite.params` select tasks
+    by bare name (`shortest_path`) as well as by key (`sync/shortest_path`).
+
+    Raises:
+        ConfigError: naming the requirement broken and what to change.
+    """
     if family.name in FAMILIES:
         raise ConfigError(f"a family called {family.name!r} is registered already")
+    names = {spec.name: spec.key for spec in TASKS.values()}
     for spec in family.tasks:
         if spec.family != family.name:
             raise ConfigError(f"task {spec.key} is declared in family {family.name!r}")
@@ -37,6 +45,13 @@ def register(family: Family) -> Family:
             raise ConfigError(f"task {spec.key} has no judge: give its TaskSpec judge=<scorer>")
         if spec.key in TASKS:
             raise ConfigError(f"a task {spec.key} is registered already")
+        if spec.name in names:
+            raise ConfigError(f"task {spec.key}: the bare name {spec.name!r} is taken by {names[spec.name]}; bare "
+                              "names select tasks in suite.tasks and suite.params, so give it a name of its own")
+        names[spec.name] = spec.key
+    if not family.intro.strip():
+        raise ConfigError(f"family {family.name!r} has no intro: give Family(intro=...) the paragraph the HTML "
+                          "report puts above its section (how to read its numbers)")
     FAMILIES[family.name] = family
     TASKS.update({spec.key: spec for spec in family.tasks})
     return family

@@ -19,7 +19,8 @@ from longeval.files import fingerprint
 from longeval.records import Instance, content_id
 from longeval.scoring.judgement import Judge
 from longeval.text.corpus import load_essays
-from longeval.text.pieces import Piece, assemble, open_context
+from longeval.text.fit import context_budget, fit_context  # noqa: F401  (their home before longeval.text.fit)
+from longeval.text.pieces import Piece, assemble
 from longeval.text.render import Frame, PromptFormat, render_frame, render_parts
 from longeval.text.tokenizer import Encoder
 
@@ -59,6 +60,8 @@ class GenContext:
         return self.cached(("data_id",), lambda: data_fingerprint(self.data))
 
     def frame(self, user_text: str, answer_prefix: str) -> Frame:
+        """The encoded frame of a user message with one `{context}` slot (`text.render.render_frame`): found as
+        text, not by `str.format`, so JSON braces elsewhere in the message stay as written."""
         return render_frame(self.encoder, self.fmt, user_text, answer_prefix)
 
     def frame_around(self, before: str, after: str, answer_prefix: str) -> Frame:
@@ -82,6 +85,8 @@ class Draft:
     answer_prefix: str
     references: list[str]
     depth: float = -1.0
+    """Where the information sits in the context, in percent (0 = start, 100 = end); -1 for none (whole
+    documents). Reports bin it into the depth x length heatmaps."""
     complexity: str = ""
     context_id: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
@@ -140,6 +145,10 @@ class TaskSpec:
     """Tasks that share one context per (seed, length, index), e.g. SYNC's three graph tasks: their
     generators get the same `context_rng`, and their instances the same `context_id`, so the engine can
     schedule them together and compute the shared prefix once."""
+    min_length: int = 0
+    """The smallest target length the task is built for: its template, output budget and the least context it
+    needs (SYNC's translation domain: 4096). Tests that generate every registered task (tests/task_instances.py)
+    use it, at least 2048; 0 where 2048 holds the task. Not a parameter, so it is no part of instance ids."""
     prompt_fingerprint: str = ""
     """A fingerprint of the prompt templates this task renders (versioned data): part of the generator version,
     hence of instance ids and instance cache keys, so a changed template never serves cached old prompts."""
@@ -163,32 +172,6 @@ def instance_rng(seed: int, task_key: str, target_length: int, index: int) -> np
 def context_rng(seed: int, group: str, target_length: int, index: int) -> np.random.Generator:
     """The randomness of a shared context: the same for every task of the group at (seed, length, index)."""
     return instance_rng(seed, f"context:{group}", target_length, index)
-
-
-def context_budget(frame: Frame, target_length: int, max_new_tokens: int) -> int:
-    """Tokens left for the context: `input_tokens + max_new_tokens <= target_length`."""
-    budget = target_length - max_new_tokens - frame.overhead
-    if budget <= 0:
-        raise LengthError(
-            f"target length {target_length} cannot hold the prompt template ({frame.overhead} tokens) "
-            f"and the output budget ({max_new_tokens} tokens); use a larger suite.lengths value"
-        )
-    return budget
-
-
-def fit_context(encoder: Encoder, frame: Frame, budget: int, build: Callable[[int], Piece]) -> Piece:
-    """Build a context of at most `budget` tokens, allowing for the re-encoded first word.
-
-    `build(b)` assembles a context for a haystack budget `b`; removing the leading space can change
-    the count by a token, so we shrink and rebuild in the rare case it overflows.
-    """
-    target = budget
-    for _ in range(4):
-        context = open_context(encoder, frame, build(target))
-        if len(context) <= budget:
-            return context
-        target -= len(context) - budget
-    raise LengthError(f"could not fit a context into {budget} tokens")
 
 
 def make_instance(

@@ -79,7 +79,8 @@ class Family:
     """How the report names it (`RULER`, `LongBench v2`)."""
     tasks: tuple[TaskSpec, ...]
     intro: str = ""
-    """The paragraph above the family's section of the HTML report: how to read its numbers."""
+    """The paragraph above the family's section of the HTML report: how to read its numbers. Required:
+    `longeval.tasks.register` refuses a family without one."""
     tables: tuple[SummaryTable, ...] = ()
     skill_groups: Mapping[str, str] = field(default_factory=dict)
     """Task name -> skill group (RULER §3: retrieval, multi-hop tracking, aggregation, QA); a task not listed

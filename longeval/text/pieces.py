@@ -35,10 +35,13 @@ EMPTY = Piece("", np.zeros(0, dtype=np.int32))
 
 
 def piece(encoder: Encoder, text: str) -> Piece:
+    """`text` with its ids, encoded once (start it with a space, or after a newline, so it joins others as the
+    whole text would tokenize)."""
     return Piece(text, encoder.encode(text))
 
 
 def concat(pieces: Sequence[Piece]) -> Piece:
+    """Join pieces in token space: their texts and their ids, no tokenization."""
     pieces = [p for p in pieces if p.text]
     if not pieces:
         return EMPTY

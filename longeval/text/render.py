@@ -84,11 +84,28 @@ class Frame:
         return int(len(self.head_ids) + len(self.tail_ids))
 
 
+CONTEXT_SLOT = "{context}"
+"""Where a template puts the context. Found by plain text search, not `str.format`: other braces (a JSON
+example, `{"key": "value"}`) stay as written and need no escaping."""
+
+
 def render_frame(encoder: Encoder, fmt: PromptFormat, user_text: str, answer_prefix: str) -> Frame:
-    """Render a user message that contains `{context}` exactly once into an encoded frame."""
-    if user_text.count("{context}") != 1:
-        raise ConfigError("a task template must contain '{context}' exactly once")
-    before, after = user_text.split("{context}")
+    """Render a user message that contains `{context}` exactly once into an encoded frame.
+
+    The slot is split on as text (not `str.format`), so fill the template's other fields with `str.replace`
+    or an f-string before, never `.format` over JSON braces; `render_parts` takes the texts around the context.
+
+    Raises:
+        ConfigError: the slot is missing, repeated, or escaped as for `str.format` (`{{context}}`).
+    """
+    if "{{context}}" in user_text:
+        raise ConfigError("a task template has '{{context}}': the frame splits on the text '{context}' (it is "
+                          "not str.format), so write it with single braces; other braces stay as written")
+    if user_text.count(CONTEXT_SLOT) != 1:
+        raise ConfigError(f"a task template must contain '{{context}}' exactly once (found "
+                          f"{user_text.count(CONTEXT_SLOT)}); to keep a literal '{{context}}' in data, use "
+                          "render_parts (GenContext.frame_around) with the texts before and after the context")
+    before, after = user_text.split(CONTEXT_SLOT)
     return render_parts(encoder, fmt, before, after, answer_prefix)
 
 

@@ -25,5 +25,6 @@ def slow_judge(output: str, references: Sequence[str], meta: dict[str, Any]) -> 
 
 SLOW_FAMILY = "slow_for_tests"
 if SLOW_FAMILY not in FAMILIES:  # imported by the test and by the scoring child
-    register(Family(name=SLOW_FAMILY, title="slow (tests)", tasks=(dataclasses.replace(
-        TASKS["ruler/niah_single_1"], family=SLOW_FAMILY, name="slow_niah", metric=SLOW_METRIC, judge=slow_judge),)))
+    _SLOW_TASK = dataclasses.replace(TASKS["ruler/niah_single_1"], family=SLOW_FAMILY, name="slow_niah",
+                                     metric=SLOW_METRIC, judge=slow_judge)
+    register(Family(name=SLOW_FAMILY, title="slow (tests)", intro="A judge that stalls (tests).", tasks=(_SLOW_TASK,)))

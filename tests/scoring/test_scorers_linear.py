@@ -1,33 +1,32 @@
 """Every registered task's scorer takes time linear in the output, on adversarial 100K-character outputs.
 
 One output that makes a regular expression backtrack stalls the whole score stage, so each task gets a real
-instance (generated the way the pipeline does, SmolLM2's tokenizer, a small length) and is scored on outputs
-built to provoke backtracking: long runs of spaces after cue words, repeated cues, nested brackets, long digit
-runs, newlines, the reference repeated, unicode. Each call must finish well under `BOUND_S`; a quadratic
-pattern takes minutes to hours on these inputs.
+instance (generated the way the pipeline does, SmolLM2's tokenizer, its smallest length; tests/task_instances.py)
+and is scored on outputs built to provoke backtracking: long runs of spaces after cue words, repeated cues, nested
+brackets, long digit runs, newlines, the reference repeated, unicode. Each call must finish well under `BOUND_S`;
+a quadratic pattern takes minutes to hours on these inputs.
 """
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
-from longeval.records import Instance, Prediction
 from longeval.scoring import score_prediction
 from longeval.tasks import TASKS
-from longeval.tasks.base import DataPaths, GenContext, context_rng, instance_rng, make_instance, output_budget
-from longeval.tasks.tail import TailParams
-from longeval.text.render import PromptFormat
-from longeval.text.tokenizer import Encoder, load_encoder
+from longeval.tasks.base import GenContext
 from tests.qa_fixtures import hotpotqa_file, squad_file  # noqa: F401
-from tests.tasks.longbench_v2.lb2_helpers import make_item, write_json
-from tests.tasks.tail.tail_helpers import build_dataset, domain_of
+from tests.task_instances import (  # noqa: F401  (task_ctx, task_encoder: fixtures)
+    prediction,
+    reference_answer,
+    task_ctx,
+    task_encoder,
+    task_instance,
+)
 
 SIZE = 100_000
 BOUND_S = 2.0
@@ -38,10 +37,6 @@ WINDOW = 19_000
 """Some parsers scan only the last 20K characters (IDK, Latent List): a trigger must sit inside that window."""
 WINDOW_BOUND_S = 0.5
 """Per call on WINDOW characters: linear parsers take milliseconds, a quadratic one over a second."""
-SEED = 97
-LENGTHS = {"michelangelo/mrcr": 4096, "sync/single_hop_translation": 4096, "sync/multi_hop_translation": 4096,
-           "sync/letter_coverage": 4096, "tail/tail": 8192}
-DEFAULT_LENGTH = 2048
 
 
 def adversarial(reference: str, size: int = SIZE) -> dict[str, str]:
@@ -92,37 +87,6 @@ def adversarial(reference: str, size: int = SIZE) -> dict[str, str]:
     return outputs
 
 
-@pytest.fixture(scope="module")
-def encoder(smollm2_path: Path) -> Encoder:
-    return load_encoder(str(smollm2_path))
-
-
-@pytest.fixture(scope="module")
-def ctx(encoder: Encoder, squad_file: Path, hotpotqa_file: Path,  # noqa: F811
-        tmp_path_factory: pytest.TempPathFactory) -> GenContext:
-    folder = tmp_path_factory.mktemp("linear")
-    longbench = write_json(folder / "longbench_v2.json", [make_item(i) for i in range(4)])
-    tail = build_dataset(folder / "tail", [domain_of("finance", 1100), domain_of("law", 1000)], (0.25, 0.5, 0.75))
-    data = DataPaths(squad_path=str(squad_file), hotpotqa_path=str(hotpotqa_file), longbench_v2_path=longbench)
-    return GenContext(encoder=encoder, fmt=PromptFormat(), data=data,
-                      task_overrides={"tail": {"dataset": tail}})
-
-
-def _instance(ctx: GenContext, key: str) -> Instance:
-    """Instance 0 of the task, the way `pipeline.generate_shard` builds it."""
-    spec = TASKS[key]
-    if key == "tail/tail":
-        from longeval.tasks import configure
-
-        spec = configure(spec, ctx.task_overrides)
-        assert isinstance(spec.params, TailParams)
-    length = LENGTHS.get(key, DEFAULT_LENGTH)
-    shared = {"context_rng": context_rng(SEED, spec.context_group, length, 0)} if spec.context_group else {}
-    draft = spec.generate(ctx, spec.params, target_length=length, max_new_tokens=output_budget(spec, ctx.fmt, length),
-                          rng=instance_rng(SEED, spec.key, length, 0), index=0, **shared)
-    return make_instance(spec, draft, ctx, target_length=length, seed=SEED, shard_index=0, index=0)
-
-
 @contextmanager
 def deadline(seconds: float) -> Iterator[None]:
     """Interrupt a runaway call (the regex engine checks for signals) instead of hanging the test run."""
@@ -139,28 +103,17 @@ def deadline(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def _prediction(instance: Instance, output: str) -> Prediction:
-    return Prediction(instance_id=instance.instance_id, model_id="adversary", output=output,
-                      output_tokens=len(output) // 4, finish_reason="length", cached_prompt_tokens=0,
-                      latency_s=0.0, error="")
-
-
-def _reference(instance: Instance) -> str:
-    meta = json.loads(instance.meta or "{}")
-    return str(meta.get("target") or meta.get("answer") or (instance.references[0] if instance.references else ""))
-
-
 @pytest.mark.parametrize("key", sorted(TASKS))
-def test_scorer_is_fast_on_adversarial_outputs(ctx: GenContext, key: str) -> None:
-    instance = _instance(ctx, key)
+def test_scorer_is_fast_on_adversarial_outputs(task_ctx: GenContext, key: str) -> None:  # noqa: F811
+    instance = task_instance(task_ctx, key)
     slow: dict[str, float] = {}
     for size, bound in ((SIZE, BOUND_S), (WINDOW, WINDOW_BOUND_S)):
-        for name, output in adversarial(_reference(instance), size).items():
+        for name, output in adversarial(reference_answer(instance), size).items():
             for label, text in ((f"{name} {size}", output), (f"{name} {size} reversed", output[::-1])):
                 start = time.perf_counter()
                 try:
                     with deadline(5 * BOUND_S):
-                        score = score_prediction(instance, _prediction(instance, text), TASKS[key].judge)
+                        score = score_prediction(instance, prediction(instance, text), TASKS[key].judge)
                 except TimeoutError:
                     slow[label] = float("inf")
                     continue

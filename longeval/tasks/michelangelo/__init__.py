@@ -37,7 +37,8 @@ __all__ = [
 MICHELANGELO_TASKS: tuple[TaskSpec, ...] = (
     TaskSpec("michelangelo", "latent_list", LatentListParams(), latent_list.generate, "michelangelo_latent_list",
              128, judge=score_latent_list),
-    TaskSpec("michelangelo", "mrcr", MrcrParams(), mrcr.generate, "michelangelo_mrcr", 512, judge=score_mrcr),
+    TaskSpec("michelangelo", "mrcr", MrcrParams(), mrcr.generate, "michelangelo_mrcr", 512, judge=score_mrcr,
+             min_length=4096),
     TaskSpec("michelangelo", "idk", IdkParams(), idk.generate, "michelangelo_idk", 128, judge=score_idk),
 )
 

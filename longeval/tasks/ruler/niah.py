@@ -21,11 +21,12 @@ from typing import Literal
 import numpy as np
 
 from longeval.errors import ConfigError, LengthError
-from longeval.tasks.base import Draft, GenContext, context_budget, draft, fit_context
+from longeval.tasks.base import Draft, GenContext, draft
 from longeval.tasks.ruler.templates import fill
 from longeval.text import words
 from longeval.text.corpus import NOISE, load_essays
-from longeval.text.pieces import EMPTY, Piece, Ragged, UnitStream, close_gap, concat, end_line
+from longeval.text.fit import choose_lengths, context_budget, fit_context
+from longeval.text.pieces import EMPTY, Piece, Ragged, UnitStream, concat, end_line
 from longeval.text.render import Frame
 
 DEPTHS = tuple(int(d) for d in np.round(np.linspace(0, 100, num=40, endpoint=True)))
@@ -198,7 +199,7 @@ def _needle_haystack(
     want = min(len(lengths_all), int(budget / max(1.0, float(lengths_all[:256].mean()))) + 256)
     candidates = rng.choice(len(lengths_all), size=want, replace=False)
     candidates = np.array([c for c in candidates if pool.keys[c] not in taken], dtype=np.int64)
-    chosen = candidates[_choose_lengths(lengths_all[candidates], budget)]
+    chosen = candidates[choose_lengths(lengths_all[candidates], budget)]
     units = len(chosen)
     parts: list[Piece] = []
     start = 0
@@ -213,36 +214,6 @@ def _needle_haystack(
 
 def _run(pool: NeedlePool, indices: np.ndarray) -> Piece:
     return Piece("".join(pool.texts[i] for i in indices), pool.ids.take(indices))
-
-
-def _choose_lengths(lengths: np.ndarray, budget: int) -> np.ndarray:
-    """Positions of items whose lengths sum to `budget` or just under, in their original order.
-
-    As many items as the shortest ones allow, the first ones taken; if they overflow, the longest are
-    swapped for the shortest spares; then swaps for longer spares close the remaining gap.
-    """
-    n = int(np.searchsorted(np.cumsum(np.sort(lengths)), budget, side="right"))
-    chosen, spare = np.arange(n), np.arange(n, len(lengths))
-    total = int(lengths[:n].sum())
-    if total > budget:
-        longest = chosen[np.argsort(-lengths[chosen], kind="stable")]
-        shortest = spare[np.argsort(lengths[spare], kind="stable")]
-        m = min(len(longest), len(shortest))
-        deltas = lengths[longest[:m]] - lengths[shortest[:m]]
-        useful = int(np.argmax(deltas <= 0)) if (deltas <= 0).any() else m  # swaps that still save tokens
-        saving = np.cumsum(deltas[:useful])
-        k = int(np.searchsorted(saving, total - budget, side="left")) + 1
-        if k > useful:  # cannot happen when the n shortest fit, but never index past the savings
-            order = np.argsort(lengths, kind="stable")
-            chosen, spare, k = order[:n], order[n:], 0
-            total = int(lengths[chosen].sum())
-        else:
-            chosen = np.concatenate([longest[k:], shortest[:k]])
-            spare = np.concatenate([shortest[k:], longest[:k]])
-            total -= int(saving[k - 1])
-    spare = spare[np.argsort(-lengths[spare], kind="stable")]
-    picked, _ = close_gap(lengths, chosen.tolist(), spare.tolist(), budget - total)
-    return np.sort(np.asarray(picked, dtype=np.int64))
 
 
 def generate(

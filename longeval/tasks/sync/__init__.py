@@ -106,7 +106,8 @@ def max_new_tokens(params: GraphParams | TranslationParams) -> int:
 
 def _spec(name: str, params: GraphParams | TranslationParams, generate: Callable[..., Draft], metric: str) -> TaskSpec:
     return TaskSpec("sync", name, params, generate, metric, max_new_tokens(params), judge=SYNC_SCORERS[metric],
-                    budget=max_new_tokens, context_group=CONTEXT_GROUPS[name])
+                    budget=max_new_tokens, context_group=CONTEXT_GROUPS[name],
+                    min_length=4096 if CONTEXT_GROUPS[name] == TRANSLATION_GROUP else 0)
 
 
 SYNC_TASKS: tuple[TaskSpec, ...] = (

@@ -175,7 +175,7 @@ METRIC = "tail_choice"
 TAIL_TASKS: tuple[TaskSpec, ...] = (
     TaskSpec("tail", "tail", TailParams(), generate, METRIC, COT_MAX_NEW_TOKENS, judge=score_tail,
              budget=max_new_tokens,
-             followup=judge_draft, followup_budget=JUDGE_MAX_NEW_TOKENS),
+             followup=judge_draft, followup_budget=JUDGE_MAX_NEW_TOKENS, min_length=8192),
 )
 """The registry entry; `budget` gives 32 tokens when a suite sets `suite.params.tail.cot=false`. The benchmark
 folder is a param (`suite.params.tail.dataset`), not a `suite.data` path, so `needs` is empty. With

