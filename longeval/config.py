@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 from omegaconf import MISSING, DictConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+from omegaconf.errors import ConfigKeyError, ConfigTypeError, OmegaConfBaseException, ValidationError
 
 from longeval.errors import ConfigError
 from longeval.scoring.deadline import import_plugins
@@ -412,6 +412,9 @@ def _explain_parse(override: str, overrides: list[str]) -> str:
                     f"value for Hydra and the override for the shell: {_quoted(key, whole)}{_run_name_rule(key)}")
         return f"{override!r} is not an override: write KEY=VALUE, e.g. suite=ruler or suite.samples=10"
     key, _, value = override.partition("=")
+    if value.isascii() and not any(c.isspace() for c in value):  # not a quoting matter: brackets or quotes
+        return (f"cannot parse the override {override!r}: check its brackets and quotes (a list is [a,b], a mapping "
+                f"{{k:v}}); to pass the text as it is, quote it for Hydra and the shell: {_quoted(key, value)}")
     return (f"cannot parse the override {override!r}: an unquoted value is ASCII letters, digits and _-./:+@ "
             f"without spaces; quote the value for Hydra and the override for the shell: {_quoted(key, value)}"
             f"{_run_name_rule(key)}")
@@ -505,7 +508,9 @@ def _example(key: str, tp: Any, given: str | None) -> str:
             if isinstance(default, bool):
                 return str(default).lower()
             return "[" + ",".join(map(str, default)) + "]" if OmegaConf.is_list(default) else str(default)
-    by_type = {int: "1", float: "1.0", bool: "true", str: "text"}
+    by_type = {int: "1", float: "1.0", bool: "true", str: "text", dict: "{key:value}"}
+    if typing.get_origin(tp) is dict:
+        return "{key:value}"
     if typing.get_origin(tp) is list:
         element = typing.get_args(tp)[0] if typing.get_args(tp) else str
         return f"[{by_type.get(element, 'a')}]"
@@ -564,6 +569,9 @@ def _explain_type(exc: BaseException, overrides: list[str] | None = None) -> str
     choice = _NOT_A_CHOICE.search(str(cause))
     if choice:
         return f"{where}{key}={choice.group(1)!r}; choices: {choice.group(2)}"
+    if isinstance(cause, ConfigTypeError) and "does not support deletion" in first and _schema_type(key):
+        return (f"~{key} removes a setting the schema requires; give it a value instead, e.g. "
+                f"{key}={_example(key, _schema_type(key), None)}")
     if not isinstance(cause, ValidationError):
         return None
     tp = _schema_type(key)
@@ -601,10 +609,33 @@ def _explain_override(message: str) -> str:
     return f"bad override: {first}"
 
 
+def _refuse_unknown_keys(node: Any, schema: Any, prefix: str) -> None:
+    """A key the schema lacks, which an override with '+' (`+suite.foo=1`) gets past Hydra and OmegaConf's merge:
+    refused like a typo, since it would change nothing but the run root's name."""
+    if not isinstance(node, DictConfig | dict) or not dataclasses.is_dataclass(schema):
+        return
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    hints = _hints(schema)
+    for key in node:
+        full = f"{prefix}{key}"
+        if key not in fields:
+            known = ", ".join(sorted(fields))
+            raise ConfigError(f"unknown config key {full!r}; keys under {prefix.rstrip('.') or 'the top level'}: "
+                              f"{known}")
+        _refuse_unknown_keys(node[key], _optional(hints.get(key)), f"{full}.")
+
+
+def _hints(schema: Any) -> dict[str, Any]:
+    import typing
+
+    return typing.get_type_hints(schema)
+
+
 def validate(raw: DictConfig | dict, *, preset_scopes: frozenset[str] = frozenset()) -> Config:
     """The config checked against the schema and its rules. `preset_scopes`: the `suite.params` scopes a config
     file set, not an override (those of tasks the suite does not run are dropped; the user's are checked)."""
     schema = OmegaConf.structured(Config)
+    _refuse_unknown_keys(raw, Config, "")
     try:
         merged = OmegaConf.merge(schema, raw)
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]

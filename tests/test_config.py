@@ -297,3 +297,19 @@ def test_a_presets_params_for_tasks_not_selected_are_dropped():
         load_config(["suite=michelangelo_quick", "suite.tasks=[idk]", "+suite.params.nope.x=1"])
     with pytest.raises(ConfigError, match="suite.params.mrcr names no family or task of this suite"):
         load_config(["suite=michelangelo_quick", "suite.tasks=[idk]", "suite.params.mrcr.grading=exact"])
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("+suite.foo=1", "unknown config key 'suite.foo'; keys under suite: adaptive,"),
+    ("+foo=1", "unknown config key 'foo'; keys under the top level: cluster, model, plugins, run_name, store,"),
+    ("~suite.lengths", "~suite.lengths removes a setting the schema requires; give it a value instead, e.g. "
+                       "suite.lengths=[4096,8192]"),
+    ("suite.lengths=[4096", "cannot parse the override 'suite.lengths=[4096': check its brackets and quotes (a list "
+                            "is [a,b], a mapping {k:v})"),
+    ("model.env=3", "model.env must be a mapping (key: value), got '3'; write model.env={key:value}"),
+])
+def test_added_removed_and_malformed_keys_get_one_line(override, expected):
+    with pytest.raises(ConfigError) as info:
+        load_config([override])
+    assert str(info.value).startswith(expected)
+    assert load_config(["+model.env.X=1"]).model.env["X"] == "1"  # free-form maps still take new keys
