@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import types
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -24,6 +25,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ConfigTypeError, OmegaConfBaseException, ValidationError
 
 from longeval.errors import ConfigError
+from longeval.redaction import PUBLIC_ENV, Redactor, is_secret_name
 from longeval.scoring.deadline import import_plugins
 from longeval.tasks import check_overrides, get_task, sampling, selected_overrides
 from longeval.text.render import prompt_format
@@ -201,7 +203,8 @@ class SuiteConfig:
 class ClusterConfig:
     name: str = "local"
     address: str | None = None
-    """Ray address; None starts a local Ray."""
+    """The Ray cluster to join (`host:port`, or `auto` for the one `ray start` left on this machine). None:
+    `RAY_ADDRESS` when set (inside `ray job submit`), else a private local Ray, even beside a running one."""
     num_cpus: int | None = None
     replicas: int = 1
     """Engine actors per pool."""
@@ -306,6 +309,10 @@ class Config:
     run_name: str | None = None
     """The run root is <store.root>/<run_name>; default: <model>-<suite>-seed<seed>-<suite hash>, the hash of
     the suite's tasks, lengths, samples, seed and params (`suite_hash`)."""
+    public_keys: list[str] = field(default_factory=list)
+    """Keys whose values are not secret and are written in clear: `model.env` variables (every other value there
+    is hidden, besides the engine settings in `longeval.redaction.PUBLIC_ENV`) and secret-looking names that are
+    not credentials, e.g. public_keys=[VLLM_PLUGINS,SORT_KEY]."""
     plugins: list[str] = field(default_factory=list)
     """Modules imported before planning and scoring, on the driver and in the scoring processes: they may
     register families of tasks with their judges (`longeval.tasks.register`)."""
@@ -661,6 +668,7 @@ def _check(cfg: Config, preset_scopes: frozenset[str] = frozenset()) -> None:
             f"run_name={cfg.run_name!r} would not be a folder inside store.root ({cfg.store.root}); expected one name "
             "of letters, digits and . _ = + - (no '/', '\\', '..' or absolute path), e.g. run_name=llama-ruler-v2; "
             "to write elsewhere, change store.root")
+    _check_public_keys(cfg)
     import_plugins(cfg.plugins)
     if not cfg.suite.tasks:
         raise ConfigError("suite.tasks is empty; give at least one task, e.g. suite.tasks=[niah_single_1] "
@@ -731,14 +739,16 @@ def _check_size(suite: SuiteConfig) -> None:
             f"<= {most:,} or a larger suite.shard_size")
 
 
-SECRET_WORDS = ("secret", "password", "passwd", "credential", "api_key", "apikey", "access_key", "private_key")
-"""Parts of a key name that mark a credential wherever they appear; "token" counts only as a whole word."""
 
-
-URL_USERINFO = re.compile(r"([a-z][a-z0-9+.-]*://)[^/@\s]+@", re.IGNORECASE)
-"""`scheme://user:password@host`: the user info of a URL is a credential wherever it appears."""
-MIN_SECRET_CHARS = 6
-"""Shorter values of secret-named settings are not scrubbed from other text (they would hit ordinary words)."""
+def _check_public_keys(cfg: Config) -> None:
+    """A public key that is neither a model.env variable nor a secret-looking name would change nothing: most
+    likely a typo of the variable meant, which would then stay hidden."""
+    for key in cfg.public_keys:
+        if key not in cfg.model.env and key not in PUBLIC_ENV and not is_secret_name(key):
+            env = ", ".join(sorted(cfg.model.env)) or "none"
+            raise ConfigError(f"public_keys has {key!r}, which is no model.env variable (those set: {env}) and no "
+                              "secret-looking name, so it is written in clear already; list model.env variables or "
+                              "secret-looking names, e.g. public_keys=[VLLM_PLUGINS]")
 
 
 def check_api(model: ModelConfig) -> None:
@@ -756,63 +766,18 @@ def check_api(model: ModelConfig) -> None:
         raise ConfigError("model.api.concurrency must be at least 1")
 
 
-def redact(values: dict[str, Any], secrets: list[str] | None = None) -> dict[str, Any]:
-    """Hide values whose key names a credential, at any depth, and, by value, every occurrence elsewhere of a
-    secret (a secret-named setting's or environment variable's value) and URL user info: nothing secret
-    reaches disk, logs or W&B."""
-    hidden = secret_values(values) if secrets is None else secrets
-    return {k: ("***" if _is_secret(k) else _redact_value(v, hidden)) for k, v in values.items()}
+def redactor(cfg: Config, environ: Mapping[str, str] | None = None) -> Redactor:
+    """What this run must hide wherever it writes (`longeval.redaction`): the secrets of its config and of the
+    environment (`environ`, default: this process's), less `public_keys`."""
+    return Redactor.of(_container(cfg), environ=environ)
 
 
-def secret_values(*trees: Any, environ: dict[str, str] | None = None) -> list[str]:
-    """Values under secret-named keys in `trees` and in the environment, longest first (so a secret that
-    contains another is replaced whole)."""
-    found: set[str] = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if _is_secret(key) and isinstance(value, str | int) and len(str(value)) >= MIN_SECRET_CHARS:
-                    found.add(str(value))
-                walk(value)
-        elif isinstance(node, list | tuple):
-            for value in node:
-                walk(value)
-
-    for tree in (*trees, dict(os.environ) if environ is None else environ):
-        walk(tree)
-    return sorted(found, key=len, reverse=True)
+def to_yaml(cfg: Config, environ: Mapping[str, str] | None = None) -> str:
+    """The resolved config as YAML, for the run root: every secret of the config or the environment hidden
+    (`redactor`)."""
+    everything = _container(cfg)
+    return OmegaConf.to_yaml(OmegaConf.create(Redactor.of(everything, environ=environ).tree(everything)))
 
 
-def scrub(text: str, secrets: list[str]) -> str:
-    """`text` with URL user info and every secret value replaced by `***`."""
-    text = URL_USERINFO.sub(r"\1***@", text)
-    for value in secrets:
-        text = text.replace(value, "***")
-    return text
-
-
-def _redact_value(value: Any, secrets: list[str]) -> Any:
-    if isinstance(value, dict):
-        return redact(value, secrets)
-    if isinstance(value, list | tuple):
-        return [_redact_value(v, secrets) for v in value]
-    if isinstance(value, str):
-        return scrub(value, secrets)
-    return value
-
-
-def _is_secret(key: Any) -> bool:
-    """Whether a key names a credential: HF_TOKEN, auth_token, api_key, AWS_SECRET_ACCESS_KEY... but not
-    `tokenizer` (a path) or `max_num_batched_tokens` (a number)."""
-    name = str(key).lower().replace("-", "_")
-    if name.endswith("_env"):  # names the variable that holds a credential (api.api_key_env), not the credential
-        return False
-    return any(word in name for word in SECRET_WORDS) or "token" in re.split(r"[^a-z0-9]+", name)
-
-
-def to_yaml(cfg: Config) -> str:
-    """The resolved config as YAML, for the run root: secret-named values hidden at any depth, and every secret
-    value (from the config or the environment) and URL user info scrubbed wherever it appears."""
-    everything = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True)
-    return OmegaConf.to_yaml(OmegaConf.create(redact(everything)))  # type: ignore[arg-type]
+def _container(cfg: Config) -> dict[str, Any]:
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True)  # type: ignore[return-value]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import socket
 import tempfile
 
 from longeval.config import Config
@@ -42,20 +43,45 @@ def ray_temp_dir(tmp: str | None = None) -> str:
 
 
 def init_ray(cfg: Config) -> None:
+    """Start Ray for this run: join the cluster `cluster.address` or `RAY_ADDRESS` names, else start a private
+    local Ray of our own, even when another one runs on the machine.
+
+    Ray's own default would attach to whatever `ray start --head` left on the machine (it reads
+    `<temp dir>/ray_current_cluster`), and then refuse our `num_cpus` with a traceback; a Ray someone else started
+    is joined only when asked for (`cluster.address=auto` joins that one). Which Ray was used is logged.
+    """
     import ray
 
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     kwargs: dict = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
-    if cfg.cluster.address:
-        kwargs["address"] = cfg.cluster.address
-    elif os.environ.get("RAY_ADDRESS"):  # inside `ray job submit`: join the job's cluster as it is
-        pass
+    address, source = cfg.cluster.address, "cluster.address"
+    if not address and os.environ.get("RAY_ADDRESS"):  # e.g. inside `ray job submit`: join the job's cluster
+        address, source = os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
+    if address:
+        if not _reachable(address):  # Ray itself would retry for minutes before failing
+            raise ConfigError(f"cannot join the Ray cluster at {address} ({source}): nothing answers there. Start it "
+                              f"first (`ray start --head`), fix the address, or unset {source} to run on a private "
+                              "local Ray")
+        try:  # RAY_ADDRESS is read by Ray itself, as before: so it also picks up a token of a token-auth cluster
+            ray.init(**({"address": address} if source == "cluster.address" else {}), **kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ConfigError(f"cannot join the Ray cluster at {address} ({source}): {first}. Start it first (`ray "
+                              f"start --head`), fix the address, or unset {source} to run on a private local Ray"
+                              ) from exc
+        log.warning("Ray: joined the cluster at %s (%s=%s; %d node(s), %g CPUs)", _gcs_address(), source, address,
+                    len([n for n in ray.nodes() if n.get("Alive")]), ray.cluster_resources().get("CPU", 0))
     else:
-        kwargs["num_cpus"] = cfg.cluster.num_cpus or max(2, os.cpu_count() or 2)
-        kwargs["_temp_dir"] = ray_temp_dir()
-    ray.init(**kwargs)
+        temp_dir = ray_temp_dir()
+        running = running_ray(temp_dir)
+        ray.init(address="local", num_cpus=cfg.cluster.num_cpus or max(2, os.cpu_count() or 2), _temp_dir=temp_dir,
+                 **kwargs)
+        if running:
+            log.warning("Ray: another Ray runs on this machine (%s); this run started a private local Ray of its "
+                        "own (%s). To run on that one instead: cluster.address=%s (or RAY_ADDRESS=%s)",
+                        running, _gcs_address(), running, running)
     # Our own progress bars stand in for Ray Data's; its INFO lines go to Ray's log files, not the terminal
     # (LONGEVAL_LOG=INFO brings them back).
     ctx = ray.data.DataContext.get_current()  # importing ray.data sets up its loggers: adjust them after
@@ -65,6 +91,42 @@ def init_ray(cfg: Config) -> None:
     # Rows reach the engine in the same order and the same batches on every run: vLLM on CPU is not
     # batch-invariant, so identical greedy outputs need identical batch composition.
     ctx.execution_options.preserve_order = True
+
+
+def running_ray(temp_dir: str | None = None) -> str | None:
+    """The address of a live Ray that `ray start` left on this machine, as Ray's own lookup would find it (its
+    `ray_current_cluster` file under our temp dir or the default one), or None."""
+    default = os.path.join(os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp", "ray")  # Ray's own
+    for folder in dict.fromkeys([temp_dir or ray_temp_dir(), default]):
+        try:
+            with open(os.path.join(folder, "ray_current_cluster")) as f:
+                address = f.read().strip()
+        except OSError:
+            continue
+        if address and _reachable(address, timeout_s=0.5):  # a file left by a Ray that is gone says nothing
+            return address
+    return None
+
+
+def _reachable(address: str, timeout_s: float = 5.0) -> bool:
+    """Whether a `host:port` address accepts a connection; other forms (`auto`, `ray://...`) are left to Ray."""
+    host, _, port = address.rpartition(":")
+    if "://" in address or not host or not port.isdigit():
+        return True
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError:
+        return False
+    return True
+
+
+def _gcs_address() -> str:
+    import ray
+
+    try:
+        return ray.get_runtime_context().gcs_address
+    except Exception:  # an older Ray without it: the address is only for the log line
+        return "?"
 
 
 def unwrap_ray_errors(fn, *args, **kwargs):

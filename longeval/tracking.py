@@ -8,9 +8,9 @@ hand-over in `tracker.logged`, which is what tests check (wandb's offline files 
 
 Tracking never fails or blocks an evaluation: every W&B call is guarded, and an error becomes a warning (on
 the `longeval.tracking` logger and as a `TrackingWarning`) while the run goes on. Nothing here imports wandb
-unless `tracking.backend=wandb`. No credential reaches W&B: the config is the run root's redacted one
-(`config.to_yaml`), any secret-looking environment value is scrubbed from it, and wandb's own capture of the
-command line, git remote and console is off.
+unless `tracking.backend=wandb`. No credential reaches W&B: the config, the run's name, group and tags, and every
+warning pass through the run's `Redactor` (`config.redactor`, the one config.yaml and the engine records are written
+through), and wandb's own capture of the command line, git remote and console is off.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import tempfile
 import textwrap
 import warnings
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from longeval.aggregate import EFFECTIVE_LENGTH_THRESHOLD, headline, length_table
-from longeval.config import Config, redact, to_yaml
+from longeval.config import Config, redactor, to_yaml
 from longeval.errors import LongevalError
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, latest_predictions
 from longeval.shards import ShardName
@@ -82,8 +82,6 @@ __all__ = [
     "result_table_key",
     "results_files",
     "sample_instances",
-    "scrub",
-    "secret_values",
     "start_tracking",
     "summary_metrics",
     "task_key",
@@ -472,47 +470,16 @@ def _heatmap(family: str, rows: list[dict], *, binned: bool) -> HeatmapSpec:
                        depths, lengths, values, counts)
 
 
-def secret_values(cfg: Config | None = None, environ: Mapping[str, str] | None = None) -> list[str]:
-    """Values of credential-named variables (by `config.redact`'s rule) in the environment and model.env."""
-    found = []
-    for env in (dict(os.environ) if environ is None else dict(environ), dict(cfg.model.env) if cfg else {}):
-        hidden = redact(env)
-        found += [str(env[k]) for k, v in hidden.items() if v == "***" and len(str(env[k])) >= 8]
-    return sorted(set(found), key=len, reverse=True)
-
-
-def scrub(obj: Any, hidden: Sequence[str]) -> Any:
-    """`obj` with every occurrence of a hidden value replaced by `***`, in keys and values, at any depth."""
-    if not hidden:
-        return obj
-    if isinstance(obj, str):
-        for value in hidden:
-            obj = obj.replace(value, "***")
-        return obj
-    if isinstance(obj, Mapping):
-        return {scrub(k, hidden): scrub(v, hidden) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [scrub(v, hidden) for v in obj]
-    return obj
-
-
 def config_payload(cfg: Config, versions: Mapping[str, Any] | None = None, *, run_root: str | None = None,
                    environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The W&B run config: the run root's redacted config (`config.to_yaml`), `versions.json` and the root.
-
-    On top of `to_yaml`'s redaction, free-form maps are redacted at every depth and any value of a
-    credential-named environment variable is scrubbed wherever it appears, so no credential reaches W&B.
-    """
+    """The W&B run config: the run root's redacted config (`config.to_yaml`), `versions.json` and the root, the
+    whole passed through the run's `Redactor` again (the root and the versions may hold URLs too)."""
     from omegaconf import OmegaConf
 
-    values: dict[str, Any] = OmegaConf.to_container(OmegaConf.create(to_yaml(cfg)), resolve=True)  # type: ignore[assignment]
-    model = values.get("model", {})
-    for name in ("env", "engine_kwargs"):
-        if isinstance(model.get(name), Mapping):
-            model[name] = redact(dict(model[name]))
+    values: dict[str, Any] = OmegaConf.to_container(OmegaConf.create(to_yaml(cfg, environ)), resolve=True)  # type: ignore[assignment]
     values["versions"] = dict(versions or {})
     values["run_root"] = run_root or cfg.run_root
-    return scrub(values, secret_values(cfg, environ))
+    return redactor(cfg, environ).tree(values)
 
 
 def results_files(root: RunRoot) -> list[str]:
@@ -615,7 +582,7 @@ class WandbTracker:
         self.run_id: str | None = None
         self.mode: str | None = None
         self.run_dir: Path | None = None
-        self._hidden = secret_values(cfg)
+        self._redactor = redactor(cfg)
         self._finished = False
 
     @property
@@ -701,10 +668,11 @@ class WandbTracker:
             init_timeout=t.init_timeout,
             finish_timeout=t.finish_timeout,
         )
-        tags = [scrub(str(x), self._hidden) for x in t.tags] or None
+        hide = self._redactor.text
+        tags = [hide(str(x)) for x in t.tags] or None
         run = wandb.init(
-            project=t.project, entity=t.entity, group=scrub(t.group, self._hidden), tags=tags,
-            name=scrub(self.name, self._hidden), id=self.run_id, resume="allow", job_type="eval", dir=self._dir(),
+            project=t.project, entity=t.entity, group=hide(t.group) if t.group else None, tags=tags,
+            name=hide(self.name), id=self.run_id, resume="allow", job_type="eval", dir=self._dir(),
             mode=mode, reinit="create_new", settings=settings,
         )
         try:
@@ -775,7 +743,7 @@ class WandbTracker:
         if not names:
             return
         artifact_name = re.sub(r"[^A-Za-z0-9._-]+", "-", f"results-{self.name}")
-        metadata = {"run_root": scrub(self.root.uri, self._hidden), "model": self.cfg.model.name,
+        metadata = {"run_root": self._redactor.text(self.root.uri), "model": self.cfg.model.name,
                     "suite": self.cfg.suite.name, "files": names}
 
         def log_artifact() -> None:
@@ -873,7 +841,7 @@ class WandbTracker:
             return _FAILED
 
     def _warn(self, message: str) -> None:
-        message = scrub(message, self._hidden)
+        message = self._redactor.text(message)
         log.warning("%s", message)
         warnings.warn(message, TrackingWarning, stacklevel=3)
         self.warnings.append(message)

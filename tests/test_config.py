@@ -19,6 +19,7 @@ from longeval.config import (
     validate,
 )
 from longeval.errors import ConfigError, UnknownTaskError
+from longeval.redaction import Redactor
 
 
 def test_defaults_compose_to_the_embedded_quick_run():
@@ -127,10 +128,8 @@ def test_params_overrides_say_when_to_use_plus(override, expected):
 
 
 def test_credentials_are_redacted_but_the_tokenizer_path_is_kept():
-    from longeval.config import redact
-
-    shown = redact({"HF_TOKEN": "hf_abc", "api_key": "sk-1", "AWS_SECRET_ACCESS_KEY": "x", "tokenizer": "/m",
-                    "VLLM_CPU_KVCACHE_SPACE": "2"})
+    shown = Redactor.of(environ={}).tree({"HF_TOKEN": "hf_abc", "api_key": "sk-1", "AWS_SECRET_ACCESS_KEY": "x",
+                                          "tokenizer": "/m", "VLLM_CPU_KVCACHE_SPACE": "2"})
     assert shown == {"HF_TOKEN": "***", "api_key": "***", "AWS_SECRET_ACCESS_KEY": "***", "tokenizer": "/m",
                      "VLLM_CPU_KVCACHE_SPACE": "2"}
 
@@ -180,9 +179,7 @@ def test_bad_enum_overrides_name_the_key_and_choices(override, expected):
 
 
 def test_redaction_reaches_nested_values_and_spares_token_counts():
-    from longeval.config import redact
-
-    shown = redact({"hf_overrides": {"hf_token": "t0k", "rope_scaling": {"factor": 4}},
+    shown = Redactor.of(environ={}).tree({"hf_overrides": {"hf_token": "t0k", "rope_scaling": {"factor": 4}},
                     "max_num_batched_tokens": 131072, "headers": [{"x-api-key": "k"}, {"Authorization_token": "b"}],
                     "WANDB_API_KEY": "w", "tokenizer_mode": "auto"})
     assert shown == {"hf_overrides": {"hf_token": "***", "rope_scaling": {"factor": 4}},

@@ -3,6 +3,11 @@ writes. Through the command line."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from tests.cli_subprocess import flat, longeval
@@ -36,3 +41,49 @@ def test_secrets_are_redacted_by_value_and_in_urls(tmp_path):
         assert secret not in written
     assert "https://***@example.invalid/v1" in written
     assert "MY_DOWNLOAD_VAR: '***'" in written.replace('"', "'")
+
+
+PLANTED = {
+    "model.env, an ordinary name": "pl4nted-env-unknown-name",
+    "model.env, a secret name": "pl4nted-openai-key",
+    "model.env, a password": "pl4nted-db-pass",
+    "a secret-named process variable": "pl4nted-process-password",
+    "a URL's password": "pl4nted-url-password",
+}
+
+
+@pytest.mark.engine
+def test_no_planted_secret_reaches_any_file_a_run_writes(tmp_path):
+    """A real run (tiny model, W&B offline) with a secret planted every way: no file under the run root, the W&B
+    folder (binary .wandb included) or Ray's session logs holds any of them, and the engine still got its env."""
+    from tests.test_pipeline_faults import TINY
+
+    values = list(PLANTED.values())
+    scratch = Path(tempfile.mkdtemp(prefix="le-sec-", dir="/tmp"))  # short: Ray's socket paths must fit
+    try:
+        wandb_dir = tmp_path / "wandb"
+        proc = longeval(
+            "run", *TINY, f"store.root={tmp_path}", "run_name=s", "tracking=wandb", f"tracking.dir={wandb_dir}",
+            f"+model.env.MY_DB_HOST_X={values[0]}", f"+model.env.OPENAI_KEY={values[1]}",
+            f"+model.env.DB_PASS={values[2]}", "+model.env.SHORT_ONE=ab",
+            f"model.api.base_url=https://alice:{values[4]}@example.invalid/v1",
+            f"tracking.tags=[tag-{values[4]},tag-{values[1]}]",
+            env={"TMPDIR": str(scratch), "WANDB_MODE": "offline", "WANDB_SILENT": "true",
+                 "MY_SERVICE_PASSWORD": values[3]})
+        assert proc.returncode == 0, flat(proc)[-3000:]
+        sessions = list((scratch / "ray").glob("session_2*"))
+        assert sessions, "the run's Ray left no session folder"
+        files = [p for folder in (tmp_path / "s", wandb_dir, *sessions) for p in folder.rglob("*") if p.is_file()]
+        assert any(p.suffix == ".wandb" for p in files) and any(p.name == "debug.log" for p in files)
+        assert any(p.parent.name == "engines" for p in files) and any(p.name == "config.yaml" for p in files)
+        leaks = {(name, str(p)) for p in files for name, value in PLANTED.items() if value.encode() in p.read_bytes()}
+        leaks |= {(name, "output") for name, value in PLANTED.items() if value in proc.stdout + proc.stderr}
+        assert not leaks
+        [record] = [json.loads(p.read_text()) for p in (tmp_path / "s" / "engines").glob("*.json")]
+        # the engine's process had every variable (an unset one would read null), and its record shows none
+        assert record["env"] == {"MY_DB_HOST_X": "***", "OPENAI_KEY": "***", "DB_PASS": "***", "SHORT_ONE": "***",
+                                 "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
+        saved = (tmp_path / "s" / "config.yaml").read_text()
+        assert "SHORT_ONE: '***'" in saved and "https://***@example.invalid/v1" in saved
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

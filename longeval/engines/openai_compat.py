@@ -29,7 +29,7 @@ from typing import Any
 
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from longeval.config import ApiConfig, ModelConfig, check_api, redact
+from longeval.config import ApiConfig, ModelConfig, check_api
 from longeval.records import PREDICTION_SCHEMA, ErrorKind
 
 log = logging.getLogger(__name__)
@@ -165,11 +165,12 @@ class ApiPredictor:
         return rows
 
     def record(self) -> dict[str, Any]:
-        """The engine record (`engines/<record_name>` in the run root): settings and usage so far, redacted."""
-        return redact({
+        """The engine record (`engines/<record_name>` in the run root): settings and usage so far (the writer
+        redacts it)."""
+        return {
             "engine": "openai", "base_url": self.api.base_url, "mode": self.api.mode, "model": self.served_name,
             "concurrency": self.api.concurrency, "host": socket.gethostname(), "pid": os.getpid(),
-            "usage": self.usage.record()})
+            "usage": self.usage.record()}
 
     def request(self, ids: list[int], prompt: str, answer_prefix: str, max_new_tokens: int) -> Reply:
         """One instance, retried on transient failures; a final failure comes back as a Reply with an error."""

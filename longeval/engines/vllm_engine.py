@@ -26,7 +26,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from longeval.config import ModelConfig, redact
+from longeval.config import ModelConfig
 from longeval.engines.rotary_probe import ROTARY_PROBE
 from longeval.records import ErrorKind
 from longeval.rope import Rotary, check_built, declared_rotary
@@ -149,7 +149,8 @@ class VllmEngine:
         self.info = {
             "engine_start_s": round(time.perf_counter() - started, 2), "import_s": round(imported, 2),
             "vllm": vllm.__version__, "host": socket.gethostname(), "pid": os.getpid(),
-            "kwargs": redact(self.kwargs), "env": redact({k: os.environ.get(k) for k in self.env}),
+            # As the engine sees them: the replica writes the record through the run's Redactor.
+            "kwargs": dict(self.kwargs), "env": {k: os.environ.get(k) for k in self.env},
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             "kv_cache_tokens": int(blocks * config.cache_config.block_size),
             "max_num_seqs": self.max_num_seqs,

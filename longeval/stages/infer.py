@@ -23,8 +23,8 @@ import queue
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
-from dataclasses import replace
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, replace
 from typing import Any
 
 import pyarrow as pa
@@ -42,6 +42,7 @@ from longeval.followup import write_followups
 from longeval.plan import Plan, Pool, in_plan, suite_seq_tokens
 from longeval.plan import size_pool as plan_size_pool
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, ErrorKind, Prediction
+from longeval.redaction import Redactor
 from longeval.shards import ShardName
 from longeval.store import RunRoot
 from longeval.tasks import TASKS
@@ -161,10 +162,17 @@ def shard_of(row: dict[str, Any]) -> str:
 # -- the replica actor ------------------------------------------------------------------------------------------
 
 
+def engine_redactor(model, root_uri: str, public_keys: Iterable[str]) -> Redactor:
+    """The run's `Redactor` as an engine's process sees it: the model's settings and env, the run root, and the
+    process's own environment (on a cluster, a node's may hold credentials the driver's lacks)."""
+    return Redactor.of({"model": asdict(model), "store": {"root": root_uri}}, public=public_keys)
+
+
 class Replica:
     """One engine of a pool, as a Ray actor (two threads: `run` computes, `progress` answers the driver)."""
 
-    def __init__(self, model, model_path: str, model_id: str, max_model_len: int, root_uri: str, name: str) -> None:
+    def __init__(self, model, model_path: str, model_id: str, max_model_len: int, root_uri: str, name: str,
+                 public_keys: tuple[str, ...] = ()) -> None:
         import ray
 
         self.name, self.model_id = name, model_id
@@ -173,7 +181,8 @@ class Replica:
         self.root = RunRoot(root_uri)
         self.writer: _Writer | None = None
         self.runs = 0
-        self.info = {**self.engine.info, "replica": name, "node": self.node}
+        self.info = engine_redactor(model, root_uri, public_keys).tree(
+            {**self.engine.info, "replica": name, "node": self.node})
         started = int(time.time())
         self.record = f"engines/{name.replace('/', '-')}-{self.info['host']}-{os.getpid()}-{started}.json"
         self.root.write_json(self.record, self.info)
@@ -501,7 +510,7 @@ class PoolReplicas:
             restarts = self.restarts.get(k, 0)
             created[k] = ray.remote(Replica).options(**actor_options(self.pool, self.groups[k])).remote(
                 self.model, self.engines.model_path, cfg.model.name, self.pool.max_model_len, self.engines.root.uri,
-                self.name(k) + (f"#{restarts}" if restarts else ""))
+                self.name(k) + (f"#{restarts}" if restarts else ""), tuple(cfg.public_keys))
             self.engines.started += 1
         for k, actor in created.items():
             try:
@@ -677,7 +686,8 @@ def _infer_api(cfg: Config, pool: Pool, send: pa.Table, root: RunRoot, model_pat
     ds = ds.repartition(max(1, -(-send.num_rows // batch))).map_batches(
         ApiWriter,
         fn_constructor_kwargs={"model": cfg.model, "model_path": model_path, "model_id": cfg.model.name,
-                               "max_model_len": pool.max_model_len, "root_uri": root.uri},
+                               "max_model_len": pool.max_model_len, "root_uri": root.uri,
+                               "public_keys": tuple(cfg.public_keys)},
         batch_size=batch, compute=ray.data.ActorPoolStrategy(size=pool.replicas), num_cpus=0.25,
     )
     task_id = progress.add_task(f"infer {pool.name}", total=send.num_rows) if progress else None
@@ -692,12 +702,16 @@ class ApiWriter:
     """Ray Data callable for API models: the engine answers a batch, this commits its rows and the engine record
     (the engine itself never touches the store)."""
 
-    def __init__(self, model, model_path: str, model_id: str, max_model_len: int, root_uri: str) -> None:
+    def __init__(self, model, model_path: str, model_id: str, max_model_len: int, root_uri: str,
+                 public_keys: tuple[str, ...] = ()) -> None:
         self.predictor = ApiPredictor(model, model_path, model_id, max_model_len)
         self.root = RunRoot(root_uri)
+        self.redactor = engine_redactor(model, root_uri, public_keys)
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list]:
         rows = self.predictor(batch)
+        # a failed request's message may quote the server's URL, user info included
+        rows["error"] = [self.redactor.text(e) if e else e for e in rows["error"]]
         self.root.write_part("predictions", pa.Table.from_pydict(rows, schema=PREDICTION_SCHEMA))
-        self.root.write_json(self.predictor.record_name, self.predictor.record())
+        self.root.write_json(self.predictor.record_name, self.redactor.tree(self.predictor.record()))
         return rows
