@@ -739,7 +739,6 @@ def _check_size(suite: SuiteConfig) -> None:
             f"<= {most:,} or a larger suite.shard_size")
 
 
-
 def _check_public_keys(cfg: Config) -> None:
     """A public key that is neither a model.env variable nor a secret-looking name would change nothing: most
     likely a typo of the variable meant, which would then stay hidden."""

@@ -298,7 +298,7 @@ def test_a_presets_params_for_tasks_not_selected_are_dropped():
 
 @pytest.mark.parametrize(("override", "expected"), [
     ("+suite.foo=1", "unknown config key 'suite.foo'; keys under suite: adaptive,"),
-    ("+foo=1", "unknown config key 'foo'; keys under the top level: cluster, model, plugins, run_name, store,"),
+    ("+foo=1", "unknown config key 'foo'; keys under the top level: cluster, model, plugins,"),
     ("~suite.lengths", "~suite.lengths removes a setting the schema requires; give it a value instead, e.g. "
                        "suite.lengths=[4096,8192]"),
     ("suite.lengths=[4096", "cannot parse the override 'suite.lengths=[4096': check its brackets and quotes (a list "
