@@ -31,7 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 from longeval import interrupt
-from longeval.errors import ConfigError, LongevalError
+from longeval.errors import ConfigError, LongevalError, find_error
 from longeval.models import build_tiny_model, prepare_smollm2, resolve_model_path
 from longeval.text.essays import default_urls, fetch_essays, read_url_list
 
@@ -461,6 +461,15 @@ def cmd_dashboards(args: argparse.Namespace) -> None:
         console.print(f"saved: {url}")
 
 
+WRITES_A_RUN = frozenset({"run", "generate", "infer", "score"})
+"""The commands that write shards and predictions to a run root, which a rerun of the same command resumes."""
+
+
+def longeval_error(exc: BaseException) -> LongevalError | None:
+    """The one place that finds the error to print: `exc` itself, or the LongevalError a Ray worker raised in it."""
+    return find_error(exc, LongevalError)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="longeval", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -549,10 +558,16 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("LONGEVAL_LOG", "WARNING"))
     try:
         args.func(args)  # each subcommand's handler (set_defaults above)
-    except LongevalError as exc:
-        console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+    except Exception as exc:
+        error = longeval_error(exc)
+        if error is None:
+            raise
+        console.print(f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True)  # one line, however long
         return 2
     except KeyboardInterrupt:
+        if args.command not in WRITES_A_RUN:  # plan, report, compare...: nothing kept, nothing to resume
+            console.print("[bold yellow]interrupted[/]")
+            return 130
         again = shlex.join(["longeval", *(sys.argv[1:] if argv is None else argv)])
         console.print(f"[bold yellow]interrupted:[/] finished shards and predictions are kept; resume with the same "
                       f"command: {escape(again)}", soft_wrap=True)

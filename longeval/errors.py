@@ -1,5 +1,11 @@
 """One exception family; every message says what was wrong and what to do about it."""
 
+from __future__ import annotations
+
+from typing import TypeVar
+
+E = TypeVar("E", bound=BaseException)
+
 
 class LongevalError(Exception):
     """Base class: the CLI prints these as one clear line instead of a traceback."""
@@ -29,9 +35,35 @@ class StoreError(LongevalError):
     """A run root cannot be read or written."""
 
 
+class DiskFullError(StoreError):
+    """A local write found no space left (ENOSPC) or the user's quota spent (EDQUOT): the run stops, since every
+    later write would fail the same way, and a rerun resumes once there is room."""
+
+
+class OutputError(LongevalError):
+    """A file the user asked for (`report -o`) cannot be written there."""
+
+
 class DamagedShardError(StoreError):
     """A committed shard whose bytes no longer match its commit record; it has been set aside to be redone."""
 
 
 class LeaseHeldError(StoreError):
     """Another live process holds the run root's lease: two writers would do the same work twice."""
+
+
+def find_error(exc: BaseException, kind: type[E]) -> E | None:
+    """The `kind` error in `exc`: itself, its causes, or the one a Ray worker raised. A Ray task error is an
+    instance of its cause's class too but prints the whole remote traceback, so its `cause` is what is returned."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        inner = getattr(current, "cause", None)
+        if isinstance(inner, BaseException):  # a Ray task error: the worker's own exception
+            current = inner
+        elif isinstance(current, kind):
+            return current
+        else:
+            current = current.__cause__
+    return None

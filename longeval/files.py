@@ -19,6 +19,7 @@ which pyarrow cannot send; it uses the same environment.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import logging
 import os
@@ -35,7 +36,7 @@ import pyarrow as pa
 from pyarrow import fs as pafs
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
-from longeval.errors import StoreError
+from longeval.errors import DiskFullError, StoreError
 
 __all__ = [
     "DEFAULT_PATIENCE_S",
@@ -518,6 +519,8 @@ class Location:
         """A StoreError that names the location and says what to check."""
         code = _aws_code(exc)
         message = str(exc) or type(exc).__name__
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return disk_full(what, exc)
         if self.kind == "local":
             if isinstance(exc, PermissionError):
                 hint = "check the folder's permissions or pick a run root you can write"
@@ -553,6 +556,14 @@ class Location:
 
 
 # -- one URI at a time ---------------------------------------------------------------------------------------
+
+
+def disk_full(what: str, exc: OSError) -> DiskFullError:
+    """The one line for a full disk: what could not be written, and how to go on."""
+    why = exc.strerror or ("Disk quota exceeded" if exc.errno == errno.EDQUOT else "No space left on device")
+    return DiskFullError(f"cannot {what}: {why}; free space on that filesystem (or set store.root / "
+                         "store.instance_cache to a disk with room) and rerun the same command: finished shards and "
+                         "predictions are kept")
 
 
 def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:

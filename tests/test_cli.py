@@ -194,3 +194,21 @@ def test_cache_prune_bad_arguments_get_one_line(capsys, tmp_path, argv, expected
     assert code == 2
     assert expected in text and "Traceback" not in text
     assert text.startswith("error:") and text.count("error:") == 1
+
+
+@pytest.mark.parametrize(("command", "handler", "kept"), [
+    ("plan", "cmd_plan", False),
+    ("report", "cmd_report", False),
+    ("generate", "cmd_run", True),
+])
+def test_ctrl_c_promises_kept_work_only_for_commands_that_write_a_run(capsys, monkeypatch, command, handler, kept):
+    """Mock: the command's handler is interrupted at once (a Ctrl-C)."""
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(f"longeval.cli.{handler}", interrupted)
+    code, text = _run(capsys, command, "suite.samples=2")
+    assert code == 130
+    assert ("finished shards and predictions are kept" in text) is kept
+    assert text.startswith("interrupted")

@@ -206,3 +206,107 @@ def test_an_adaptive_run_defaults_to_small_shards_and_an_explicit_size_wins():
     assert load_config(["suite=ruler", "suite.adaptive=true", "suite.shard_size=25"]).suite.shard_size == 25
     assert load_config(["suite=michelangelo", "suite.adaptive=true"]).suite.shard_size == 10  # the suite's own
     assert "shard_size: 10" in to_yaml(load_config(["suite=ruler", "suite.adaptive=true"]))  # resolved on disk
+
+
+def _conf_with_suite(tmp_path, monkeypatch, text: str):
+    """A copy of conf/ with one more suite file, as a user's own config dir (LONGEVAL_CONF)."""
+    import shutil
+
+    from longeval.config import conf_dir
+
+    conf = tmp_path / "conf"
+    shutil.copytree(conf_dir(), conf)
+    (conf / "suite" / "mine.yaml").write_text(text)
+    monkeypatch.setenv("LONGEVAL_CONF", str(conf))
+    return conf / "suite" / "mine.yaml"
+
+
+def test_a_suite_file_with_a_yaml_syntax_error_names_the_file_line_and_problem(tmp_path, monkeypatch):
+    path = _conf_with_suite(tmp_path, monkeypatch, "name: mine\ntasks: [niah_single_1\nlengths: [4096]\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(["suite=mine"])
+    message = str(info.value)
+    assert message == (f"{path}, line 3, column 8: expected ',' or ']', but got ':' (while parsing a flow sequence "
+                       "that starts at line 2, column 8); fix the YAML syntax there")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("lengths: abc\n", "suite.lengths must be a list of integers, got 'abc'; write lengths: [4096,8192]"),
+    ("lengths: [4096, abc]\n", "suite.lengths[1] must be an integer, got 'abc'; write lengths: [4096,8192]"),
+    ("lengths: [4096]\nsamples: lots\n", "suite.samples must be an integer, got 'lots'; write samples: 500"),
+    ("lengths: [4096]\nsample: 3\n", "unknown config key 'suite.sample'; keys under suite: adaptive,"),
+])
+def test_a_wrong_key_or_type_in_a_suite_file_names_file_key_type_and_value(tmp_path, monkeypatch, text, expected):
+    path = _conf_with_suite(tmp_path, monkeypatch, "name: mine\ntasks: [niah_single_1]\n" + text)
+    with pytest.raises(ConfigError) as info:
+        load_config(["suite=mine"])
+    assert str(info.value).startswith(f"{path}: {expected}")
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("suite.lengths=abc", "suite.lengths must be a list of integers, got 'abc'; write suite.lengths=[4096,8192]"),
+    ("suite.lengths=4096", "suite.lengths must be a list of integers, got '4096'; write suite.lengths=[4096]"),
+    ("suite.lengths=[4096,abc]", "suite.lengths[1] must be an integer, got 'abc'; write suite.lengths=[4096,8192]"),
+    ("suite.tasks=vt", "suite.tasks must be a list of strings, got 'vt'; write suite.tasks=[vt]"),
+    ("suite.samples=many", "suite.samples must be an integer, got 'many'; write suite.samples=500"),
+    ("suite.allow_too_long=maybe", "suite.allow_too_long must be true or false, got 'maybe'; write "
+                                   "suite.allow_too_long=false"),
+    ("suite.params=3", "suite.params must be a mapping (key: value), got '3'; write suite.params={vt:{num_hops:2}}"),
+    ("suite.data=3", "suite.data must be a group of settings (essay_dir, squad_path, hotpotqa_path, "
+                     "longbench_v2_path), got '3'; set its keys one by one, e.g. suite.data.essay_dir=..."),
+])
+def test_a_wrong_typed_override_names_key_type_value_and_fix(override, expected):
+    with pytest.raises(ConfigError) as info:
+        load_config([override])
+    assert str(info.value) == expected
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    (["run_name=été"], "cannot parse the override 'run_name=été': an unquoted value is ASCII letters, digits and "
+                       "_-./:+@ without spaces; quote the value for Hydra and the override for the shell: "
+                       "'run_name=\"été\"' (a run name itself takes only ASCII letters, digits and . _ = + -, e.g. "
+                       "run_name=my-run)"),
+    (["run_name=my", "big", "run"], "'big' is not an override (KEY=VALUE); if it belongs to 'run_name=my', quote the "
+                                    "whole value for Hydra and the override for the shell: 'run_name=\"my big run\"'"),
+    (["suite.data.essay_dir=/d/été"], "quote the value for Hydra and the override for the shell: "
+                                      "'suite.data.essay_dir=\"/d/été\"'"),
+    (["vt"], "'vt' is not an override: write KEY=VALUE, e.g. suite=ruler or suite.samples=10"),
+])
+def test_an_override_hydra_cannot_parse_says_the_quoting_rule(overrides, expected):
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides)
+    assert expected in str(info.value)
+    assert "LexerNoViableAltException" not in str(info.value)
+
+
+def test_the_quoted_override_the_message_suggests_parses():
+    import shlex
+
+    cfg = load_config(shlex.split("'suite.data.essay_dir=\"/d/été x\"'"))
+    assert cfg.suite.data.essay_dir == "/d/été x"
+
+
+def test_a_presets_params_for_tasks_not_selected_are_dropped():
+    cfg = load_config(["suite=michelangelo_quick", "suite.tasks=[idk]"])
+    assert cfg.suite.tasks == ["idk"] and "mrcr" not in cfg.suite.params
+    assert load_config(["suite=michelangelo_quick"]).suite.params["mrcr"] == {"grading": "openai"}
+    with pytest.raises(ConfigError, match="suite.params.nope names no family or task of this suite"):
+        load_config(["suite=michelangelo_quick", "suite.tasks=[idk]", "+suite.params.nope.x=1"])
+    with pytest.raises(ConfigError, match="suite.params.mrcr names no family or task of this suite"):
+        load_config(["suite=michelangelo_quick", "suite.tasks=[idk]", "suite.params.mrcr.grading=exact"])
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("+suite.foo=1", "unknown config key 'suite.foo'; keys under suite: adaptive,"),
+    ("+foo=1", "unknown config key 'foo'; keys under the top level: cluster, model, plugins,"),
+    ("~suite.lengths", "~suite.lengths removes a setting the schema requires; give it a value instead, e.g. "
+                       "suite.lengths=[4096,8192]"),
+    ("suite.lengths=[4096", "cannot parse the override 'suite.lengths=[4096': check its brackets and quotes (a list "
+                            "is [a,b], a mapping {k:v})"),
+    ("model.env=3", "model.env must be a mapping (key: value), got '3'; write model.env={key:value}"),
+])
+def test_added_removed_and_malformed_keys_get_one_line(override, expected):
+    with pytest.raises(ConfigError) as info:
+        load_config([override])
+    assert str(info.value).startswith(expected)
+    assert load_config(["+model.env.X=1"]).model.env["X"] == "1"  # free-form maps still take new keys

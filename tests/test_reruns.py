@@ -97,7 +97,7 @@ def test_a_damaged_shard_is_named_set_aside_and_redone(tmp_path):
 def test_bad_input_gets_one_line_naming_the_setting_and_the_expected_value(tmp_path):
     cases = [
         (["+suite.params.vt.num_hops=abc"], "ruler/vt parameter num_hops='abc' is a str; expected int"),
-        (["suite.samples=many"], "suite.samples='many': expected an integer; e.g. suite.samples=500"),
+        (["suite.samples=many"], "suite.samples must be an integer, got 'many'; write suite.samples=500"),
         (["suite.tasks=[]"], "suite.tasks is empty; give at least one task, e.g. suite.tasks=[niah_single_1]"),
         (["cluster.replicas=0"], "cluster.replicas=0: expected an integer of at least 1"),
         (["cluster.batch_size=0"], "cluster.batch_size=0: expected an integer of at least 1"),

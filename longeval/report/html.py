@@ -28,7 +28,7 @@ from matplotlib.figure import Figure
 
 from longeval import __version__
 from longeval.compare import OVERALL, Comparison, compare_scores
-from longeval.errors import ConfigError, LongevalError
+from longeval.errors import ConfigError, LongevalError, OutputError
 from longeval.report import plots
 from longeval.report.adaptive import effective_length_text
 from longeval.report.runs import (
@@ -667,14 +667,51 @@ def write_report(uris: Sequence[str], out: str | os.PathLike, *, resamples: int 
         summarise: writes the summaries of a run root that was scored but not summarised (the CLI hands
             `longeval.stages.summarise.summarise_root`); None: such a root is an error.
     """
-    import pyarrow.csv as pacsv
-
-
     if not uris:
         raise ConfigError("give at least one run root to report on")
-    runs = unique_labels([load_run(u, summarise=summarise) for u in uris])
     path = Path(out).expanduser().resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():  # before reading any run: the answer does not depend on them
+        raise OutputError(f"-o {out}: {path} is a directory; give the report's file name, e.g. "
+                          f"-o {path / 'report.html'}")
+    runs = unique_labels([load_run(u, summarise=summarise) for u in uris])
+    written = _Written()
+    try:
+        return _write(runs, path, written, resamples=resamples, seed=seed, compare=compare, instances=instances)
+    except BaseException as exc:  # an OSError, or Ctrl-C half-way: leave nothing behind either way
+        written.remove()
+        if not isinstance(exc, OSError):
+            raise
+        raise OutputError(f"cannot write the report {path}: {exc.strerror or exc} ({exc.filename or path}); nothing "
+                          "was left behind; give -o a file in a folder you can write, e.g. -o ./report.html") from exc
+
+
+@dataclass
+class _Written:
+    """What a report write created, so a failed one removes it all: no `.NAME.tmp`, no `NAME_files/`."""
+
+    files: list[Path] = field(default_factory=list)
+    dirs: list[Path] = field(default_factory=list)
+
+    def mkdir(self, folder: Path) -> None:
+        missing = [p for p in (folder, *folder.parents) if not p.exists()]
+        folder.mkdir(parents=True, exist_ok=True)
+        self.dirs += reversed(missing)  # outermost first, so removal goes innermost first
+
+    def remove(self) -> None:
+        for path in reversed(self.files):
+            path.unlink(missing_ok=True)
+        for folder in reversed(self.dirs):
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (someone else's files) or already gone: leave it
+                continue
+
+
+def _write(runs: list[RunData], path: Path, written: _Written, *, resamples: int, seed: int, compare: bool,
+           instances: bool) -> ReportResult:
+    import pyarrow.csv as pacsv
+
+    written.mkdir(path.parent)
     data_dir = path.with_name(f"{path.stem}_files")
     links: dict[str, dict[str, tuple[str, str]]] = {}
     data_files: list[Path] = []
@@ -694,8 +731,9 @@ def write_report(uris: Sequence[str], out: str | os.PathLike, *, resamples: int 
             except (LongevalError, pa.ArrowException) as exc:  # a convenience: the page is written without it
                 mine["per-instance CSV"] = (f"not written: {exc}", "")
             else:
-                data_dir.mkdir(parents=True, exist_ok=True)
+                written.mkdir(data_dir)
                 target = data_dir / f"{i + 1:02d}-{slug(run.label)}.instances.csv"
+                written.files.append(target)
                 pacsv.write_csv(rows, str(target))
                 data_files.append(target)
                 mine["per-instance CSV"] = (target.name, _href(target, path.parent))
@@ -715,6 +753,7 @@ def write_report(uris: Sequence[str], out: str | os.PathLike, *, resamples: int 
     generated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     page = build_page(runs, pairs=pairs, links=links, generated=generated)
     tmp = path.with_name(f".{path.name}.tmp")
+    written.files.append(tmp)
     tmp.write_text(page, encoding="utf-8")
     os.replace(tmp, path)
     return ReportResult(path=path, runs=runs, pairs=pairs, data_files=data_files)

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from longeval import interrupt
 from longeval.config import Config
+from longeval.errors import DiskFullError
 from longeval.instance_cache import InstanceCache, cache_uri, shard_key
 from longeval.plan import Plan, ShardSpec
 from longeval.records import INSTANCE_SCHEMA
@@ -38,6 +39,14 @@ class ShardGenerator:
                       if cfg.store.cache_instances else None)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list]:
+        try:
+            return self._generate(batch)
+        except DiskFullError as exc:
+            # Returned as data, not raised: Ray Data would log its traceback, wrap it and append retry advice to
+            # its message; the driver raises it as the run's one line.
+            return {"shard": [""], "instances": [0], "cached": [False], "disk_full": [str(exc)]}
+
+    def _generate(self, batch: dict[str, np.ndarray]) -> dict[str, list]:
         names, counts, cached = [], [], []
         for i in range(len(batch["task"])):
             spec = ShardSpec(**{k: _py(batch[k][i]) for k in ShardSpec.__dataclass_fields__})
@@ -56,7 +65,7 @@ class ShardGenerator:
             names.append(spec.name)
             counts.append(rows)
             cached.append(copied is not None)
-        return {"shard": names, "instances": counts, "cached": cached}
+        return {"shard": names, "instances": counts, "cached": cached, "disk_full": [""] * len(names)}
 
 
 def make_context(cfg: Config, model_path: str):
@@ -113,6 +122,9 @@ def generate(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=N
     with root.written_elsewhere("instances"):  # by the generation actors
         for batch in ds.iter_batches(batch_size=1, batch_format="numpy"):
             interrupt.check()
+            full = [str(message) for message in batch["disk_full"] if message]
+            if full:
+                raise DiskFullError(full[0])
             written += len(batch["shard"])
             hits += int(np.sum(batch["cached"]))
             if progress:

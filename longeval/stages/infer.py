@@ -37,7 +37,7 @@ from longeval.dispatch import Work, assign
 from longeval.engines import replica_engine_class
 from longeval.engines.openai_compat import ApiPredictor
 from longeval.engines.vllm_engine import Request
-from longeval.errors import LongevalError
+from longeval.errors import DiskFullError, LongevalError, find_error
 from longeval.followup import write_followups
 from longeval.plan import Plan, Pool, in_plan, suite_seq_tokens
 from longeval.plan import size_pool as plan_size_pool
@@ -314,7 +314,7 @@ class _Writer:
 
     def put(self, rows: list[dict]) -> None:
         if self.error is not None:
-            raise LongevalError(f"writing predictions failed: {self.error}") from self.error
+            raise self._failed()
         self.finished += len(rows)
         self.queue.put(rows)
 
@@ -323,8 +323,16 @@ class _Writer:
         self.queue.put(None)
         self.thread.join()
         if self.error is not None:
-            raise LongevalError(f"writing predictions failed: {self.error}") from self.error
+            raise self._failed()
         return self.count
+
+    def _failed(self) -> BaseException:
+        """The writer's error for the engine's thread: a full disk as itself (the driver stops the run on it)."""
+        if isinstance(self.error, DiskFullError):
+            return self.error
+        failed = LongevalError(f"writing predictions failed: {self.error}")
+        failed.__cause__ = self.error
+        return failed
 
     def _loop(self) -> None:
         closing = False
@@ -510,6 +518,7 @@ class PoolReplicas:
             except ray.exceptions.RayError as exc:
                 for other in created.values():
                     ray.kill(other, no_restart=True)
+                stop_on_disk_full(exc)  # the replica's first write found the disk full: not the engine's fault
                 raise LongevalError(f"the engine of {self.name(k)} failed to start: {_cause(exc)}") from exc
         self.actors.update(created)
         return {k: self.actors[k] for k in ks}
@@ -594,6 +603,7 @@ class _PoolDriver:
                 self.stats[self.replicas.name(k)] = ray.get(ref)
                 self.finished[k] = len(self.work[k])
             except ray.exceptions.RayError as exc:
+                stop_on_disk_full(exc)  # a restart would only fill the same disk again
                 self._restart(k, exc)
 
     def _restart(self, k: int, exc: BaseException) -> None:
@@ -636,6 +646,13 @@ class _PoolDriver:
             except ray.exceptions.RayError:
                 continue  # dead: `wait` restarts it
         return sum(self.finished.values()) + sum(counts.values())
+
+
+def stop_on_disk_full(exc: BaseException) -> None:
+    """Raise the DiskFullError a replica died of, if that is what it died of: the run stops with its one line."""
+    full = find_error(exc, DiskFullError)
+    if full is not None:
+        raise DiskFullError(str(full)) from exc  # a fresh one, raised here: the Ray error prints its traceback
 
 
 def _cause(exc: BaseException) -> str:

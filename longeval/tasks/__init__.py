@@ -116,7 +116,10 @@ def configure(spec: TaskSpec, overrides: Mapping[str, Mapping[str, Any]]) -> Tas
         if isinstance(default, tuple) and isinstance(value, list | tuple):
             values[key] = tuple(value)
         _check_type(spec, key, value, default)
-    params = dataclasses.replace(spec.params, **values)
+    try:
+        params = dataclasses.replace(spec.params, **values)  # a params dataclass checks its limits on creation
+    except ConfigError as exc:
+        raise ConfigError(f"suite.params: {spec.key} parameter {exc}") from exc
     if budget is None:
         budget = spec.budget(params) if spec.budget else spec.max_new_tokens
     return dataclasses.replace(spec, params=params, max_new_tokens=int(budget))
@@ -137,6 +140,20 @@ def _check_type(spec: TaskSpec, key: str, value: Any, default: Any) -> None:
             f"suite.params: {spec.key} parameter {key}={value!r} is a {type(value).__name__}; expected "
             f"{type(default).__name__}, like its default {default!r}: e.g. +suite.params.{spec.name}.{key}={default!r}"
         )
+
+
+def selected_overrides(overrides: Mapping[str, Mapping[str, Any]], tasks: list[str]) -> dict[str, Any]:
+    """`suite.params` without the scopes of registered tasks and families the suite does not run.
+
+    For a preset's scopes (the caller passes only those): a preset sets parameters for all its tasks
+    (michelangelo_quick: `params.mrcr`); `suite.tasks=[idk]` narrows the suite, and those parameters then change
+    no instance. Dropping them is sound for that reason, and keeps the run root's suite hash equal for equal
+    instances. A scope that names nothing registered is kept, so `check_overrides` still refuses a typo.
+    """
+    specs = [_lookup(name) for name in tasks]
+    wanted = {s for spec in specs for s in (spec.family, spec.name, spec.key)}
+    registered = {s for spec in TASKS.values() for s in (spec.family, spec.name, spec.key)}
+    return {scope: values for scope, values in overrides.items() if scope in wanted or scope not in registered}
 
 
 def check_overrides(overrides: Mapping[str, Mapping[str, Any]], tasks: list[str]) -> None:

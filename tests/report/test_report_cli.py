@@ -70,3 +70,88 @@ def test_compare_without_shared_instances_explains_why(capsys, run_roots) -> Non
     assert code == 2
     assert "no instance in common" in text and "tokenizer_fingerprint 'tok-1' vs 'tok-2'" in text
     assert "Traceback" not in text
+
+
+def _read_only_dir(path) -> bool:
+    """A folder no write can go into: a read-only tmpfs as root (root ignores permission bits), else chmod."""
+    import os
+    import subprocess
+
+    path.mkdir()
+    if os.geteuid() != 0:
+        path.chmod(0o555)
+        return True
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(path)],
+                          capture_output=True).returncode == 0
+
+
+def _one_error_line(text_lines: list[str]) -> str:
+    errors = [line for line in text_lines if line.startswith("error:")]
+    assert len(errors) == 1, text_lines
+    return errors[0]
+
+
+def test_report_onto_an_existing_directory_is_one_line_and_writes_nothing(capsys, run_roots, tmp_path) -> None:
+    a, _ = run_roots
+    folder = tmp_path / "out"
+    folder.mkdir()
+    code = main(["report", str(a), "-o", str(folder)])
+    out = capsys.readouterr()
+    assert code == 2
+    assert _one_error_line(out.out.splitlines()) == (f"error: -o {folder}: {folder} is a directory; give the report's "
+                                                     f"file name, e.g. -o {folder / 'report.html'}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "runs"] and list(folder.iterdir()) == []
+
+
+def test_report_to_proc_is_one_line_and_leaves_nothing_behind(capsys, run_roots) -> None:
+    from pathlib import Path
+
+    a, _ = run_roots
+    code = main(["report", str(a), "-o", "/proc/x.html"])
+    out = capsys.readouterr()
+    assert code == 2, out.out + out.err
+    line = _one_error_line(out.out.splitlines())
+    assert line.startswith("error: cannot write the report /proc/x.html: ")
+    assert line.endswith("nothing was left behind; give -o a file in a folder you can write, e.g. -o ./report.html")
+    assert "Traceback" not in out.out + out.err
+    assert not Path("/proc/x_files").exists() and not Path("/proc/.x.html.tmp").exists()
+
+
+def test_report_onto_a_read_only_folder_is_one_line_and_leaves_nothing_behind(capsys, run_roots, tmp_path) -> None:
+    import subprocess
+
+    import pytest
+
+    a, _ = run_roots
+    locked = tmp_path / "locked"
+    if not _read_only_dir(locked):
+        pytest.skip("cannot make a read-only folder here")
+    try:
+        code = main(["report", str(a), "-o", str(locked / "site" / "r.html")])
+        out = capsys.readouterr()
+        assert code == 2, out.out + out.err
+        line = _one_error_line(out.out.splitlines())
+        assert line.startswith(f"error: cannot write the report {locked}/site/r.html: Read-only file system") or \
+            "Permission denied" in line, line
+        assert list(locked.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(locked)], capture_output=True)
+        locked.chmod(0o755)
+
+
+def test_a_failed_report_write_removes_its_csvs_and_temp_file(capsys, run_roots, tmp_path, monkeypatch) -> None:
+    """Mock: the page's temp file cannot be written (a disk that fills up after the CSVs)."""
+    import errno
+    from pathlib import Path
+
+    a, _ = run_roots
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+    monkeypatch.setattr(Path, "write_text", full)
+    code = main(["report", str(a), "-o", str(tmp_path / "new" / "r.html")])
+    out = capsys.readouterr()
+    assert code == 2
+    assert "No space left on device" in _one_error_line(out.out.splitlines())
+    assert [p.name for p in tmp_path.iterdir()] == ["runs"]  # the CSVs, r_files/ and new/ are gone again

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pyarrow import fs as pafs
+
 from longeval.errors import ConfigError, DataFileError, StoreError
-from longeval.files import read_uri
+from longeval.files import list_files, read_uri, stat
 
 DIFFICULTIES = ("easy", "hard")
 LENGTHS = ("short", "medium", "long")
@@ -74,9 +76,21 @@ class LongBenchV2Data:
         return next((item for item in self.items if item.item_id == item_id), None)
 
 
-def data_error(path: str | None, why: str, *, key: str = PATH_KEY) -> DataFileError:
+def data_error(path: str | None, why: str, *, key: str = PATH_KEY, example: str = "/path/to/data.json"
+               ) -> DataFileError:
     """An error that names the file, the problem, the expected format and the setting to change."""
-    return DataFileError(f"LongBench v2 file {path!r}: {why}. Expected {EXPECTED}; set {key}=/path/to/data.json")
+    return DataFileError(f"LongBench v2 file {path!r}: {why}. Expected {EXPECTED}; set {key}={example}")
+
+
+DATA_SUFFIXES = (".json", ".jsonl", ".parquet")
+
+
+def _directory_error(path: str, names: list[str], key: str) -> DataFileError:
+    """A folder given where the data file belongs: name the data file inside it when there is one."""
+    found = sorted(n for n in names if n.endswith(DATA_SUFFIXES))
+    pick = "data.json" if "data.json" in found else (found[0] if found else "data.json")
+    inside = f"; it holds {', '.join(found[:5])}" if found else ", and holds no .json, .jsonl or .parquet file"
+    return data_error(path, f"is a directory, not a file{inside}", key=key, example=f"{path.rstrip('/')}/{pick}")
 
 
 def load_longbench_v2(path: str | None, *, key: str = PATH_KEY) -> LongBenchV2Data:
@@ -102,10 +116,14 @@ def load_longbench_v2(path: str | None, *, key: str = PATH_KEY) -> LongBenchV2Da
 def _read_bytes(path: str, key: str) -> bytes:
     if "://" not in path:
         file = Path(path).expanduser()
+        if file.is_dir():
+            raise _directory_error(path, [p.name for p in file.iterdir() if p.is_file()], key)
         if not file.is_file():
             raise data_error(path, "file not found", key=key)
         return file.read_bytes()
     try:  # s3:// through the run's filesystem layer: the same endpoint, credentials and retries
+        if stat(path).type == pafs.FileType.Directory:  # a folder, or an S3 prefix with objects under it
+            raise _directory_error(path, list_files(path), key)
         return read_uri(path)
     except FileNotFoundError as exc:
         raise data_error(path, "file not found", key=key) from exc

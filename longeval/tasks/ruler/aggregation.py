@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from longeval.errors import LengthError
+from longeval.errors import ConfigError, LengthError
 from longeval.tasks.base import Draft, GenContext, context_budget, draft
 from longeval.tasks.ruler.templates import fill
 from longeval.text import words
@@ -42,6 +42,15 @@ class FweParams:
     """Vocabulary size = target_length // vocab_per_tokens (at least 100)."""
     noise_word: str = "..."
     """RULER sets vocab[0] = '...' (freq_words_extraction.py), three dots, though its template says '....'."""
+
+    def __post_init__(self) -> None:
+        """Refuse values the generator cannot work with: a zeta needs alpha > 1, and a vocabulary of at least 100
+        words needs words of at least 2 letters (see `_coded_vocab` for the limit at each length)."""
+        if self.alpha <= 1:
+            raise ConfigError(f"alpha={self.alpha}: must be more than 1 (a Zipf law's exponent), e.g. 2.0")
+        if self.coded_wordlen < 2 or self.vocab_per_tokens < 1:
+            raise ConfigError(f"coded_wordlen={self.coded_wordlen}, vocab_per_tokens={self.vocab_per_tokens}: "
+                              "coded_wordlen must be at least 2 and vocab_per_tokens at least 1")
 
 
 def _numbered(ctx: GenContext, count: int) -> Ragged:
@@ -165,8 +174,13 @@ def zeta(alpha: float, terms: int = 100_000) -> float:
 def _coded_vocab(params: FweParams, size: int, rng: np.random.Generator) -> list[str]:
     """`size` distinct random lowercase words, drawn in one call, in a seeded random order."""
     letters = np.array(list(string.ascii_lowercase))
+    there = 26**params.coded_wordlen
+    if size > there // 2:  # drawing near the whole space would take ages, past it forever
+        raise ConfigError(f"suite.params: ruler/fwe parameter coded_wordlen={params.coded_wordlen} gives {there:,} "
+                          f"distinct words, too few for a vocabulary of {size:,} (target_length // vocab_per_tokens, "
+                          "at least 100; at most half of the words are drawn): raise coded_wordlen or vocab_per_tokens")
     vocab: dict[str, None] = {}
-    while len(vocab) < size:
+    while len(vocab) < size:  # ends: at most half the space is asked for, so each round finds over half new
         codes = letters[rng.integers(0, 26, size=(2 * (size - len(vocab)) + 8, params.coded_wordlen))]
         vocab.update(dict.fromkeys("".join(row) for row in codes))
     ordered = sorted(list(vocab)[:size])

@@ -20,7 +20,7 @@ from typing import Literal
 
 import numpy as np
 
-from longeval.errors import LengthError
+from longeval.errors import ConfigError, LengthError
 from longeval.tasks.base import Draft, GenContext, draft
 from longeval.tasks.ruler.templates import fill
 from longeval.text import words
@@ -62,14 +62,25 @@ def _draw_many(kind: Kind, rng: np.random.Generator, n: int) -> list[str]:
     return [f"{adjectives[i]}-{nouns[j]}" for i, j in zip(a, b, strict=True)]
 
 
-def _draw_unique(kind: Kind, rng: np.random.Generator, n: int, taken: set[str]) -> list[str]:
+MAX_DRAW_ROUNDS = 64
+"""Rounds of `_draw_unique` before it gives up: each round draws all that is still missing, so only a request
+near the size of the kind's whole space (more needles than there are distinct keys) takes more than a few."""
+
+
+def _draw_unique(kind: Kind, rng: np.random.Generator, n: int, taken: set[str], *, param: str = "") -> list[str]:
+    """n keys or values of a kind unlike any in `taken`; gives up, naming `param`, rather than draw forever."""
     out: list[str] = []
-    while len(out) < n:
+    for _ in range(MAX_DRAW_ROUNDS):
+        if len(out) >= n:
+            return out
         for item in _draw_many(kind, rng, n - len(out)):
             if item not in taken:
                 taken.add(item)
                 out.append(item)
-    return out
+    if len(out) >= n:
+        return out
+    raise ConfigError(f"gave up drawing {n:,} distinct {kind} after {MAX_DRAW_ROUNDS} rounds (got {len(out):,}): "
+                      f"{param or 'the needle count'} asks for more distinct {kind} than there are; lower it")
 
 
 def one_answer(params: NiahParams) -> bool:
@@ -210,8 +221,9 @@ def generate(
     rng: np.random.Generator, index: int,
 ) -> Draft:
     taken: set[str] = set()
-    keys = _draw_unique(params.type_key, rng, params.num_needle_k, taken)
-    values = [_draw_unique(params.type_value, rng, params.num_needle_v, taken) for _ in keys]
+    keys = _draw_unique(params.type_key, rng, params.num_needle_k, taken, param="suite.params num_needle_k")
+    values = [_draw_unique(params.type_value, rng, params.num_needle_v, taken, param="suite.params num_needle_v")
+              for _ in keys]
     needles = [(k, v) for k, vs in zip(keys, values, strict=True) for v in vs]
     order = rng.permutation(len(needles))
     needles = [needles[i] for i in order]

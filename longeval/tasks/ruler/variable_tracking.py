@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from longeval.errors import LengthError
+from longeval.errors import ConfigError, LengthError
 from longeval.tasks.base import Draft, GenContext, context_budget, draft, fit_context
 from longeval.tasks.ruler.templates import fill
 from longeval.text.corpus import NOISE
@@ -26,12 +26,34 @@ ICL_TOKENS = 500
 noise lines whose filled template, answer prefix included, is at most 500 tokens."""
 
 
+ICL_NAME_LENGTH = 3
+"""RULER's in-context example names its variables with 3 letters: 26**3 = 17,576 names."""
+DRAWS_PER_NAME = 32
+"""Draws allowed per distinct name before `_chains` gives up: drawing all 17,576 three-letter names takes about
+10.4 draws each (the coupon collector's N ln N), so only a limit this check missed can reach it."""
+
+
 @dataclass(frozen=True)
 class VtParams:
     num_chains: int = 1
     num_hops: int = 4
     name_length: int = 5
     icl_example: bool = True
+
+    def __post_init__(self) -> None:
+        """Refuse chains that need more distinct variable names than there are: drawing them would never end."""
+        for name, least in (("num_chains", 1), ("num_hops", 0), ("name_length", 1)):
+            if getattr(self, name) < least:
+                raise ConfigError(f"{name}={getattr(self, name)}: must be at least {least}")
+        need = self.num_chains * (self.num_hops + 1)
+        letters = min(self.name_length, ICL_NAME_LENGTH) if self.icl_example else self.name_length
+        if need > 26**letters:
+            most = 26**letters // self.num_chains - 1
+            where = ("the in-context example's" if self.icl_example and letters < self.name_length
+                     else f"name_length={self.name_length}:")
+            raise ConfigError(
+                f"num_hops={self.num_hops}: num_chains x (num_hops + 1) = {need:,} variables need distinct names, "
+                f"but {where} {letters}-letter names are only {26**letters:,}; use num_hops <= {most:,}")
 
 
 NOISE_LINE = NOISE + "\n"
@@ -41,10 +63,19 @@ NOISE_LINE = NOISE + "\n"
 def _chains(params: VtParams, rng: np.random.Generator, name_length: int) -> tuple[list[list[str]], list[list[str]]]:
     """Variable names per chain, and each chain's statements in order (each a line)."""
     names: list[str] = []
-    while len(names) < params.num_chains * (params.num_hops + 1):
+    seen: set[str] = set()  # membership in a set, not the list: the same draws, without a quadratic scan
+    need = params.num_chains * (params.num_hops + 1)
+    for _ in range(DRAWS_PER_NAME * need + 1000):
+        if len(names) == need:
+            break
         name = "".join(rng.choice(list(string.ascii_uppercase), size=name_length))
-        if name not in names:
+        if name not in seen:
+            seen.add(name)
             names.append(name)
+    else:
+        if len(names) < need:
+            raise ConfigError(f"suite.params.vt: gave up drawing {need:,} distinct {name_length}-letter variable "
+                              f"names (num_chains x (num_hops + 1)); lower num_hops or num_chains")
     chains_vars, chains_lines = [], []
     for c in range(params.num_chains):
         chain = names[c * (params.num_hops + 1) : (c + 1) * (params.num_hops + 1)]

@@ -115,9 +115,14 @@ class Languages:
 def random_words(count: int, word_length: tuple[int, int], rng: np.random.Generator) -> list[str]:
     """`count` distinct words of random lower-case letters, lengths uniform in `word_length`."""
     lo, hi = word_length
+    there = sum(26**n for n in range(max(lo, 1), hi + 1))
+    if count > there // 2:  # drawing near the whole space would take ages, past it forever
+        raise ConfigError(f"suite.params: word_length={list(word_length)} gives {there:,} distinct words, too few "
+                          f"for the {count:,} this translation needs (at most half of them are drawn); use longer "
+                          "words")
     words: list[str] = []
     seen: set[str] = set()
-    while len(words) < count:
+    while len(words) < count:  # ends: at most half the space is asked for, so the longest draws are mostly new
         draw = count - len(words) + 8
         lengths = rng.integers(lo, hi + 1, size=draw)
         letters = (rng.integers(0, 26, size=(draw, hi)) + ord("a")).astype(np.uint8)

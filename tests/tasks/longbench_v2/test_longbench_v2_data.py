@@ -175,3 +175,18 @@ def test_the_file_is_read_once_per_context(tmp_path: Path, encoder: Encoder) -> 
     path.unlink()  # a second read would fail: the parsed file and the selection come from the cache
     assert load(ctx, params).items[0].item_id == "66f00000"
     assert [item.item_id for item in selected(ctx, params)] == ["66f00001", "66f00004"]
+
+
+@pytest.mark.parametrize("scheme", ["", "file://"])
+def test_a_directory_given_as_the_data_path_says_so_and_names_the_file_inside(tmp_path: Path, scheme: str) -> None:
+    (tmp_path / "lb2").mkdir()
+    write_json(tmp_path / "lb2" / "data.json", ITEMS)
+    with pytest.raises(DataFileError) as err:
+        load_longbench_v2(f"{scheme}{tmp_path}/lb2")
+    message = str(err.value)
+    assert message.startswith(f"LongBench v2 file '{scheme}{tmp_path}/lb2': is a directory, not a file; it holds "
+                              "data.json. Expected the official LongBench v2 data")
+    assert message.endswith(f"set suite.data.longbench_v2_path={scheme}{tmp_path}/lb2/data.json")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataFileError, match="is a directory, not a file, and holds no .json, .jsonl or .parquet file"):
+        load_longbench_v2(f"{scheme}{tmp_path}/empty")
