@@ -130,7 +130,7 @@ def test_racing_takeovers_have_exactly_one_winner(root: RunRoot, forced: bool,
         # Every contender reads the planted holder before any claims: a thread that a loaded machine starts
         # late would otherwise first see the winner, and taking over from the holder first seen is its right.
         holder = read_lease(at)
-        if not getattr(first_look, "done", False):
+        if getattr(first_look, "contender", False) and not getattr(first_look, "done", False):
             first_look.done = True
             looked.wait()
         return holder
@@ -138,6 +138,7 @@ def test_racing_takeovers_have_exactly_one_winner(root: RunRoot, forced: bool,
     monkeypatch.setattr(lease, "current", current_after_all_looked)
 
     def contend() -> None:
+        first_look.contender = True  # (heartbeat threads and the test's own looks do not wait)
         barrier.wait()
         with contextlib.suppress(LeaseHeldError):
             won.append(_take(RunRoot(root.uri), take_over=forced))
