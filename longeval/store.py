@@ -52,6 +52,10 @@ BULKY_COLUMNS = frozenset({"prompt", "prompt_token_ids", "output", "references",
 """Columns whose reads are never kept in memory by a root that remembers listings (`read_stage`): the driver's
 memory must not grow with prompt and output bytes."""
 
+PROMPT_GROUP_BYTES = 128 << 20
+"""Decoded row groups of prompts a replica keeps (`stages.infer.PromptReader`): its list interleaves the shards of
+a task and length, so it rereads a group only once this much of others was read since."""
+
 ROW_GROUP_BYTES = 4 << 20
 """About this many bytes of a table per Parquet row group: a reader that wants a few rows of a shard of long
 prompts (an engine replica) reads their row groups, not the shard."""

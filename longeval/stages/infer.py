@@ -44,7 +44,7 @@ from longeval.plan import size_pool as plan_size_pool
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, ErrorKind, Prediction
 from longeval.redaction import Redactor
 from longeval.shards import ShardName
-from longeval.store import RunRoot
+from longeval.store import PROMPT_GROUP_BYTES, RunRoot
 from longeval.tasks import TASKS
 
 log = logging.getLogger(__name__)
@@ -233,7 +233,7 @@ class PromptReader:
     so a cache of a few groups would read a short-prompt shard's group again for every row of it.
     """
 
-    def __init__(self, root: RunRoot, *, open_files: int = 256, group_bytes: int = 128 << 20,
+    def __init__(self, root: RunRoot, *, open_files: int = 256, group_bytes: int = PROMPT_GROUP_BYTES,
                  references: bool = False) -> None:
         self.root, self.open_files_max, self.group_bytes_max = root, open_files, group_bytes
         self.columns = ["prompt_token_ids", "max_new_tokens", *(["references"] if references else [])]
