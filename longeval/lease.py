@@ -222,6 +222,9 @@ class Lease:
             self.renew()
 
     def _still_mine(self) -> bool:
+        # One HEAD per heartbeat, not a listing: a process taking the lease over claims the number after ours.
+        if not self.root.exists(claim_name(self.holder.generation + 1)):
+            return True
         latest = current(self.root)
         if latest is not None and latest.generation == self.holder.generation:
             return True

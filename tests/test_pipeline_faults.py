@@ -152,21 +152,11 @@ def test_a_dead_engine_is_started_again_and_the_run_completes(victim: str, tmp_p
         [record] = _engine_records(engines)
         pid = record["pid"]
     else:
-        import psutil
-
-        # The engine core is killed as soon as it is up, not after a first prediction: 16 tiny prompts can all be
-        # done (and the core shut down) before a poll sees the first commit, which CI once did.
+        # The engine core, by the pid the engine record names, killed as soon as the record is written (before the
+        # replica's first prompt): found through the process tree, CI once saw the run end first.
         _wait_for(lambda: engines.is_dir() and any(engines.glob("*.json")), proc, log, "an engine record")
         [record] = _engine_records(engines)
-        actor = psutil.Process(record["pid"])
-
-        def core() -> list[psutil.Process]:
-            # The actor's one child that is not multiprocessing's resource tracker. Its title ("VLLM::EngineCore",
-            # set by setproctitle) is not relied on: CI once saw the bare spawn command line.
-            return [c for c in actor.children() if "resource_tracker" not in " ".join(c.cmdline())]
-
-        _wait_for(lambda: len(core()) == 1, proc, log, "the engine core process")
-        pid = core()[0].pid
+        [pid] = record["engine_core_pids"]
     os.kill(pid, signal.SIGKILL)
     assert _finish(proc, log) == 0, log.read_text()[-3000:]
     _check_complete(root)

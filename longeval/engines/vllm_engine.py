@@ -155,6 +155,7 @@ class VllmEngine:
             "kv_cache_tokens": int(blocks * config.cache_config.block_size),
             "max_num_seqs": self.max_num_seqs,
             "max_num_batched_tokens": int(config.scheduler_config.max_num_batched_tokens),
+            "engine_core_pids": _engine_core_pids(self.llm.llm_engine.engine_core),
         }
         self.overrides = self.kwargs.get("hf_overrides") if isinstance(self.kwargs.get("hf_overrides"), dict) else {}
         self.declared_rotary = _declared_rotary(model_path, self.overrides)
@@ -260,6 +261,13 @@ def _declared_rotary(model_path: str, overrides: dict[str, Any]) -> Rotary | Non
     if not file.is_file():
         return None
     return declared_rotary(json.loads(file.read_text(encoding="utf-8")), overrides)
+
+
+def _engine_core_pids(client: Any) -> list[int]:
+    """The pids of vLLM's engine core processes (none when the core runs in this process): what an operator, or a
+    fault test, kills to see the replica restarted."""
+    manager = getattr(getattr(client, "resources", None), "engine_manager", None)
+    return [int(p.pid) for p in getattr(manager, "processes", None) or [] if p.pid is not None]
 
 
 def _watch_engine_core(client: Any, closed: threading.Event) -> None:
