@@ -143,7 +143,10 @@ def test_a_dead_engine_is_started_again_and_the_run_completes(victim: str, tmp_p
     if victim == "engine_core":
         args.append("model.env.VLLM_ENABLE_V1_MULTIPROCESSING=1")
     log = tmp_path / "run.log"
-    proc = _start(args, dict(os.environ), log)
+    # An engine built in this test process earlier (same xdist worker) leaves VLLM_ENABLE_V1_MULTIPROCESSING=0 in
+    # its environment, which would win over the override above in the run's engine (model.env is a default).
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
+    proc = _start(args, env, log)
     root = RunRoot(load_config([*TINY, *args]).run_root)
     engines = tmp_path / "dead" / "engines"
     if victim == "actor":
