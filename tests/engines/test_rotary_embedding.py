@@ -5,6 +5,7 @@ A tiny random Llama (or Qwen2) with each layout's rope keys; one short engine pe
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,18 @@ def test_each_preset_layout_is_built_as_declared(tiny_model_path: Path, tmp_path
         engine.check_rotary()
     finally:
         engine.shutdown()
+
+
+def test_an_engine_puts_back_the_environment_it_changed(tiny_model_path: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its `model.env` lasts as long as the engine: a later engine or subprocess of this process sees none of it."""
+    for key in IN_PROCESS:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # what Ray sets in a one-CPU actor; the engine drops it on CPU
+    engine = start(tiny_model_path, tmp_path, "llama31_legacy")
+    try:
+        assert engine.info["env"] == IN_PROCESS
+    finally:
+        engine.shutdown()
+    assert {key: os.environ.get(key) for key in IN_PROCESS} == {key: None for key in IN_PROCESS}
+    assert os.environ.get("OMP_NUM_THREADS") == "1"
