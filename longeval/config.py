@@ -35,6 +35,17 @@ log = logging.getLogger(__name__)
 # Members are named by their values: OmegaConf reads an enum setting by member name (`model.engine=openai`).
 
 
+class Dispatch(StrEnum):
+    """`cluster.dispatch`: how a pool's prompts reach its replicas (longeval/dispatch.py)."""
+
+    dynamic = "dynamic"
+    """One work queue per pool; each replica takes the next context whenever its engine has a free slot, so a
+    slow or restarted replica leaves no other idle. Placement depends on timing."""
+    static = "static"
+    """Each replica gets a fixed list up front (token costs balanced, contexts whole): the same rows always run
+    on the same replica in the same order, for runs that need fixed placement."""
+
+
 class Engine(StrEnum):
     """`model.engine`: how the model is run."""
 
@@ -129,6 +140,12 @@ class ModelConfig:
     """Extra `vllm.LLM` arguments (e.g. hf_overrides for rope scaling)."""
     env: dict[str, str] = field(default_factory=dict)
     """Environment for the engine process (e.g. VLLM_CPU_KVCACHE_SPACE, VLLM_ATTENTION_BACKEND)."""
+    batch_invariant: bool = False
+    """vLLM's batch-invariant kernels (`VLLM_BATCH_INVARIANT=1`): a prompt's greedy output then does not depend
+    on which prompts share its batch, so outputs repeat with dynamic dispatch and several replicas. vLLM 0.32 has
+    them on CUDA GPUs (Ampere such as A100/A40 through Triton matmuls, Hopper and Blackwell through cuBLAS
+    settings), ROCm and XPU, at some cost in speed; vllm-cpu has none (docs/architecture.md, "Greedy outputs
+    that repeat")."""
     architecture: dict[str, Any] = field(default_factory=dict)
     """The model's shapes for GPU planning (`longeval plan` with cluster.gpu), named as in its config.json:
     num_hidden_layers, num_key_value_heads, head_dim, max_position_embeddings, rope_scaling, rope_parameters,
@@ -214,11 +231,14 @@ class ClusterConfig:
     continuously instead (see `inflight`)."""
     inflight: int | None = None
     """Prompts kept inside each vLLM engine at once, so its scheduler always has the next ones to batch;
-    None: twice the engine's max_num_seqs."""
+    None: the engine's max_num_seqs with dynamic dispatch (a replica takes no more than it can run), twice it
+    with static dispatch."""
     commit_interval_s: float = 30.0
     """Longest a finished prediction waits in its replica before it is committed: a kill -9 loses at most this
     much finished work (plus the prompts in flight and one write). Each commit is one small file; the infer
     stage merges them into one file per instance shard when it ends or resumes. 0: commit at once."""
+    dispatch: Dispatch = Dispatch.dynamic
+    """dynamic: replicas take work from one queue as they have room; static: fixed lists, fixed placement."""
     engine_restarts: int = 2
     """How often a replica whose engine died is started again on its unfinished prompts; after that they are
     recorded as engine errors (a rerun retries them)."""

@@ -12,12 +12,19 @@ came in (the run's schedule), with each context's prompts moved together at its 
 
 The same rows give the same assignment and order on every run, so the same batches reach each engine and,
 with greedy decoding, outputs repeat exactly.
+
+That is the static split (`cluster.dispatch=static`). It cannot help a replica that runs slower than the others
+(another GPU type, a shared node, a restart): the others finish their lists and wait. So by default a pool's
+prompts sit in one `WorkQueue` and each replica takes the next context whenever its engine has a free slot
+(`cluster.dispatch=dynamic`): work goes to whichever replica is free, at the price of placement that depends
+on timing (docs/architecture.md, "Dispatch").
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 
@@ -65,3 +72,101 @@ def shares(assignment: Sequence[Sequence[Work]]) -> list[float]:
         return [0.0 for _ in assignment]
     even = total / len(assignment)
     return [len(a) / even for a in assignment]
+
+
+class WorkQueue:
+    """A pool's prompts, handed out a context at a time to whichever replica has room (dynamic dispatch).
+
+    Contexts go out heaviest first, the order of longest-processing-time list scheduling: what is left when the
+    queue runs dry is the cheapest work, so the last replica to finish is not the one that drew a long prompt at
+    the end. A context's prompts go out together and in schedule order, so its replica's prefix cache computes
+    the shared context once.
+
+    The queue also keeps a replica from hoarding: a replica may hold at most its fair share (total cost not yet
+    finished / replicas) unless it holds nothing. Without that, the first engine to come up would take every
+    prompt of a small pool into its own batches before the others asked.
+
+    Pure and single-threaded; the infer stage wraps it in a Ray actor that replicas call.
+    """
+
+    def __init__(self, rows: Sequence[Work], replicas: int) -> None:
+        if replicas < 1:
+            raise ValueError(f"replicas must be at least 1, got {replicas}")
+        self.active = set(range(replicas))
+        """Replicas that may still take work (not retired)."""
+        groups = group_by_context(rows)
+        order = sorted(range(len(groups)), key=lambda g: (-sum(w.cost for w in groups[g]), g))
+        self.queue: deque[list[Work]] = deque(groups[g] for g in order)
+        self.queued_cost = sum(w.cost for w in rows)
+        self.held: dict[int, dict[str, Work]] = {k: {} for k in range(replicas)}
+        """What each replica took and has not reported finished, by instance id."""
+        self.held_cost = dict.fromkeys(range(replicas), 0)
+        self.handed: dict[int, list[Work]] = {k: [] for k in range(replicas)}
+        """Everything each replica took in its current life (for `give_back`)."""
+
+    def take(self, replica: int, room: int = 1, finished: Iterable[str] = ()) -> list[Work] | None:
+        """The next contexts for `replica`, at least one when it may take any, until `room` prompts.
+
+        `finished`: ids it finished since it last asked (they no longer count as held). Returns [] when the
+        replica holds its fair share already (ask again once some of it finished), None when the queue is empty.
+        """
+        held = self.held[replica]
+        for instance_id in finished:
+            work = held.pop(instance_id, None)
+            if work is not None:
+                self.held_cost[replica] -= work.cost
+        if not self.queue:
+            return None
+        unfinished = self.queued_cost + sum(self.held_cost.values())
+        share = -(-unfinished // max(1, len(self.active)))
+        out: list[Work] = []
+        while self.queue and (not out or len(out) < room):
+            unit = self.queue[0]
+            cost = sum(w.cost for w in unit)
+            if held and self.held_cost[replica] + cost > share:
+                break
+            self.queue.popleft()
+            self.queued_cost -= cost
+            self.held_cost[replica] += cost
+            out += unit
+            held.update((w.instance_id, w) for w in unit)
+        self.handed[replica] += out
+        return out
+
+    def give_back(self, replica: int, done: set[str], requeue: bool = True) -> tuple[list[Work], int]:
+        """A replica died: what it took in this life and did not finish (`done`: the ids committed) goes back to
+        the front of the queue, its contexts whole and in order, for any replica to take (`requeue=False`: to
+        the caller only). Returns what was left, and how many it had finished."""
+        handed = self.handed[replica]
+        left = [w for w in handed if w.instance_id not in done]
+        if requeue:
+            for unit in reversed(group_by_context(left)):
+                self.queue.appendleft(unit)
+                self.queued_cost += sum(w.cost for w in unit)
+        self.held[replica].clear()
+        self.held_cost[replica] = 0
+        self.handed[replica] = []
+        return left, len(handed) - len(left)
+
+    def ran_out(self, replica: int) -> None:
+        """A replica's run ended normally: everything it took is finished (the last of it after its last ask)."""
+        self.held[replica].clear()
+        self.held_cost[replica] = 0
+
+    def retire(self, replica: int) -> None:
+        """A replica that will take no more (failed too often): its share goes to the others."""
+        self.active.discard(replica)
+        self.held[replica].clear()
+        self.held_cost[replica] = 0
+        self.handed[replica] = []
+
+    def remaining(self) -> int:
+        """Prompts not yet handed out."""
+        return sum(len(unit) for unit in self.queue)
+
+    def drain(self) -> list[Work]:
+        """Everything still queued, taken out (for recording when no replica is left to run it)."""
+        out = [w for unit in self.queue for w in unit]
+        self.queue.clear()
+        self.queued_cost = 0
+        return out

@@ -127,6 +127,9 @@ class Prediction:
     """Which engine made it: pool, replica and restart (`pool0/r1#1`); "" for rows never sent."""
     node: str = ""
     """The Ray node the engine ran on."""
+    engine_step: int | None = None
+    """The step of its engine (counted over the engine's life) in which it finished: with `replica`, which
+    batch ran it. None for rows never sent and for API models."""
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)
@@ -151,6 +154,7 @@ PREDICTION_SCHEMA = pa.schema(
         ("error", pa.string()),
         ("replica", pa.string()),
         ("node", pa.string()),
+        ("engine_step", pa.int64()),
     ]
 )
 

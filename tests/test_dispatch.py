@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from longeval.dispatch import Work, assign, group_by_context, shares
+from longeval.dispatch import Work, WorkQueue, assign, group_by_context, shares
 
 
 def _rows(n: int, *, per_context: int = 1, cost: int = 100) -> list[Work]:
@@ -70,3 +70,114 @@ def test_assignment_is_a_partition_and_does_not_depend_on_anything_but_the_rows(
     biggest = max(sum(w.cost for w in g) for g in groups)
     even = sum(w.cost for w in rows) / replicas
     assert max(sum(w.cost for w in a) for a in out) <= even + biggest
+
+
+# -- the dynamic queue ------------------------------------------------------------------------------------------
+
+
+def _simulate(rows: list[Work], speeds: list[float], slots: int) -> tuple[list[float], dict[str, int]]:
+    """Replicas of the given speeds (cost units per second per slot) pulling from one WorkQueue, each running at
+    most `slots` prompts at once; returns each replica's busy-until time and which replica ran each prompt."""
+    queue = WorkQueue(rows, len(speeds))
+    running: list[list[tuple[float, Work]]] = [[] for _ in speeds]  # (finish time, work)
+    clock, busy_until, ran_on = 0.0, [0.0] * len(speeds), {}
+    finished: list[list[str]] = [[] for _ in speeds]
+    while True:
+        for k in range(len(speeds)):
+            while len(running[k]) < slots:
+                got = queue.take(k, 1, finished[k])
+                finished[k] = []
+                if not got:
+                    break
+                for w in got:
+                    running[k].append((clock + w.cost / speeds[k], w))
+                    ran_on[w.instance_id] = k
+        pending = [t for r in running for t, _ in r]
+        if not pending:
+            return busy_until, ran_on
+        clock = min(pending)
+        for k in range(len(speeds)):
+            for t, w in [item for item in running[k] if item[0] <= clock]:
+                running[k].remove((t, w))
+                finished[k].append(w.instance_id)
+                busy_until[k] = max(busy_until[k], t)
+
+
+def test_the_queue_hands_every_prompt_out_once_and_keeps_contexts_whole_and_in_order():
+    rows = _rows(60, per_context=3)
+    queue = WorkQueue(rows, 2)
+    got: list[list[Work]] = [[], []]
+    while True:
+        out = [queue.take(k, 4) for k in (0, 1)]
+        if all(o is None for o in out):
+            break
+        for k, o in enumerate(out):
+            got[k] += o or []
+            queue.ran_out(k)  # finished at once
+    ids = sorted(w.instance_id for g in got for w in g)
+    assert ids == sorted(w.instance_id for w in rows)
+    for g in got:
+        contexts = [w.context_id for w in g]
+        for c in set(contexts):
+            first = contexts.index(c)
+            assert [w.instance_id for w in g[first:first + 3]] == [f"i{int(c[1:]) * 3 + j:04d}" for j in range(3)]
+
+
+def test_heaviest_contexts_go_out_first():
+    rows = [Work(f"i{k}", f"c{k}", cost, "s") for k, cost in enumerate([10, 500, 40, 500, 10])]
+    queue = WorkQueue(rows, 1)
+    order = [w.instance_id for w in queue.take(0, 10)]
+    assert order == ["i1", "i3", "i2", "i0", "i4"]  # equal costs keep the schedule's order
+
+
+def test_a_replica_holding_its_fair_share_waits_and_one_holding_nothing_always_gets_work():
+    queue = WorkQueue(_rows(8), 2)
+    first = queue.take(0, 100)
+    assert len(first) == 4  # half of the pool's cost: the other replica gets the rest, not nothing
+    assert queue.take(0, 100) == []  # held back until some of it finishes
+    assert len(queue.take(1, 100)) == 4
+    assert queue.take(0, 1, finished=[first[0].instance_id]) is None  # empty now
+
+
+def test_a_slow_replica_leaves_the_fast_one_almost_no_idle_time():
+    # output budgets 16..512 as in the issue's measurement; one replica at half speed
+    costs = [16, 32, 64, 128, 256, 512]
+    rows = [Work(f"i{k:03d}", f"c{k:03d}", 1024 + costs[k % 6], "s") for k in range(96)]
+    busy, ran_on = _simulate(rows, [1.0, 0.5], slots=8)
+    span = max(busy)
+    idle = sum(span - b for b in busy) / (len(busy) * span)
+    ideal = sum(w.cost for w in rows) / (8 * 1.5)  # total work / summed speeds
+    assert idle <= 0.05, idle
+    assert span <= 1.10 * ideal, (span, ideal)
+    assert sum(1 for k in ran_on.values() if k == 0) > 1.5 * sum(1 for k in ran_on.values() if k == 1)
+    # the static split leaves the fast replica idle a quarter of the time
+    static = [sum(w.cost for w in a) / s / 8 for a, s in zip(assign(rows, 2), [1.0, 0.5], strict=True)]
+    assert sum(max(static) - b for b in static) / (2 * max(static)) > 0.2
+
+
+def test_a_dead_replicas_unfinished_work_goes_back_to_the_front_for_any_replica():
+    rows = _rows(12, per_context=2)
+    queue = WorkQueue(rows, 2)
+    mine = queue.take(0, 4)
+    left, finished = queue.give_back(0, done={mine[0].instance_id, mine[1].instance_id})
+    assert finished == 2 and [w.instance_id for w in left] == [w.instance_id for w in mine[2:]]
+    again = queue.take(1, 2)
+    assert [w.instance_id for w in again] == [w.instance_id for w in mine[2:4]]  # first in line, context whole
+
+
+def test_a_retired_replicas_work_is_not_passed_on_and_its_share_goes_to_the_others():
+    rows = _rows(8)
+    queue = WorkQueue(rows, 2)
+    mine = queue.take(0, 2)
+    left, _ = queue.give_back(0, done=set(), requeue=False)
+    queue.retire(0)
+    assert left == mine and queue.remaining() == 6
+    assert len(queue.take(1, 100)) == 6  # the only active replica: its fair share is everything left
+
+
+@given(st.lists(st.tuples(st.integers(1, 5), st.integers(1, 2000)), min_size=1, max_size=40),
+       st.integers(1, 4), st.integers(1, 8))
+def test_the_queue_never_loses_or_repeats_a_prompt_whatever_the_speeds(contexts, replicas, slots):
+    rows = [Work(f"i{c}-{j}", f"c{c}", cost, "s") for c, (n, cost) in enumerate(contexts) for j in range(n)]
+    _, ran_on = _simulate(rows, [1.0 + k for k in range(replicas)], slots)
+    assert sorted(ran_on) == sorted(w.instance_id for w in rows)

