@@ -137,7 +137,8 @@ def main() -> None:
             for slowed in (False, True):
                 name = f"{mode}-{'slowed' if slowed else 'equal'}"
                 cfg = load_config([*base, *where, f"run_name={name}", f"cluster.dispatch={mode}"])
-                shutil.copytree(Path(first.run_root, "instances"), Path(cfg.run_root, "instances"))
+                for folder in ("instances", "_manifest/instances"):  # the shards and their commit records
+                    shutil.copytree(Path(first.run_root, folder), Path(cfg.run_root, folder))
                 done = threading.Event()
                 slower = threading.Thread(target=duty_cycle, daemon=True, args=(
                     Path(cfg.run_root, "engines"), "pool0/r1", args.stop_s, args.run_s, done))

@@ -23,6 +23,7 @@ on timing (docs/architecture.md, "Dispatch").
 from __future__ import annotations
 
 import heapq
+import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -82,9 +83,12 @@ class WorkQueue:
     the end. A context's prompts go out together and in schedule order, so its replica's prefix cache computes
     the shared context once.
 
-    The queue also keeps a replica from hoarding: a replica may hold at most its fair share (total cost not yet
-    finished / replicas) unless it holds nothing. Without that, the first engine to come up would take every
-    prompt of a small pool into its own batches before the others asked.
+    The queue also keeps a replica from hoarding: a replica may hold at most its fair share of the cost not yet
+    finished unless it holds nothing. Without that, the first engine to come up would take every prompt of a
+    small pool into its own batches before the others asked. The share follows the replicas' measured speeds
+    (cost finished per second since each first asked) once every active replica has finished something, else it
+    is an even split: near the end a slower replica then holds less, and finishes when the others do, instead of
+    holding half of what is left at half the speed.
 
     Pure and single-threaded; the infer stage wraps it in a Ray actor that replicas call.
     """
@@ -103,22 +107,30 @@ class WorkQueue:
         self.held_cost = dict.fromkeys(range(replicas), 0)
         self.handed: dict[int, list[Work]] = {k: [] for k in range(replicas)}
         """Everything each replica took in its current life (for `give_back`)."""
+        self.first_ask: dict[int, float] = {}
+        """When each replica first asked in its current life (`time.monotonic`, or the caller's clock)."""
+        self.done_cost = dict.fromkeys(range(replicas), 0)
+        """Cost each replica finished in its current life."""
 
-    def take(self, replica: int, room: int = 1, finished: Iterable[str] = ()) -> list[Work] | None:
+    def take(self, replica: int, room: int = 1, finished: Iterable[str] = (),
+             now: float | None = None) -> list[Work] | None:
         """The next contexts for `replica`, at least one when it may take any, until `room` prompts.
 
         `finished`: ids it finished since it last asked (they no longer count as held). Returns [] when the
         replica holds its fair share already (ask again once some of it finished), None when the queue is empty.
+        `now`: the clock for the speeds (default `time.monotonic()`).
         """
+        now = time.monotonic() if now is None else now
+        self.first_ask.setdefault(replica, now)
         held = self.held[replica]
         for instance_id in finished:
             work = held.pop(instance_id, None)
             if work is not None:
                 self.held_cost[replica] -= work.cost
+                self.done_cost[replica] += work.cost
         if not self.queue:
             return None
-        unfinished = self.queued_cost + sum(self.held_cost.values())
-        share = -(-unfinished // max(1, len(self.active)))
+        share = self._share(replica, now)
         out: list[Work] = []
         while self.queue and (not out or len(out) < room):
             unit = self.queue[0]
@@ -133,6 +145,15 @@ class WorkQueue:
         self.handed[replica] += out
         return out
 
+    def _share(self, replica: int, now: float) -> float:
+        """The cost `replica` may hold: the unfinished cost split by measured speed, or evenly."""
+        unfinished = self.queued_cost + sum(self.held_cost.values())
+        speeds = {k: self.done_cost[k] / (now - self.first_ask[k]) for k in self.active
+                  if k in self.first_ask and now > self.first_ask[k] and self.done_cost[k] > 0}
+        if replica in self.active and len(speeds) == len(self.active):
+            return unfinished * speeds[replica] / sum(speeds.values())
+        return unfinished / max(1, len(self.active))
+
     def give_back(self, replica: int, done: set[str], requeue: bool = True) -> tuple[list[Work], int]:
         """A replica died: what it took in this life and did not finish (`done`: the ids committed) goes back to
         the front of the queue, its contexts whole and in order, for any replica to take (`requeue=False`: to
@@ -146,6 +167,8 @@ class WorkQueue:
         self.held[replica].clear()
         self.held_cost[replica] = 0
         self.handed[replica] = []
+        self.first_ask.pop(replica, None)  # a new life: its speed is measured afresh
+        self.done_cost[replica] = 0
         return left, len(handed) - len(left)
 
     def ran_out(self, replica: int) -> None:

@@ -85,7 +85,7 @@ def _simulate(rows: list[Work], speeds: list[float], slots: int) -> tuple[list[f
     while True:
         for k in range(len(speeds)):
             while len(running[k]) < slots:
-                got = queue.take(k, 1, finished[k])
+                got = queue.take(k, 1, finished[k], now=clock)
                 finished[k] = []
                 if not got:
                     break

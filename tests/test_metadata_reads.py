@@ -13,11 +13,12 @@ import pytest
 
 from longeval.compact import compact_predictions
 from longeval.config import load_config
+from longeval.dispatch import Work
 from longeval.errors import DamagedShardError
 from longeval.followup import write_followups
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, Prediction
 from longeval.shards import ShardName
-from longeval.stages.infer import META_COLUMNS, PromptReader, pending_predictions
+from longeval.stages.infer import META_COLUMNS, PromptReader, pending_predictions, pool_shards
 from longeval.stages.score import scoring_input
 from longeval.stages.summarise import planned_ids, rows_with_meta, run_status
 from longeval.store import RunRoot
@@ -123,6 +124,22 @@ def test_prompts_asked_for_across_many_shards_are_read_once(tmp_path: Path) -> N
     read = _rchar() - before
     reader.close()
     assert read < 1.5 * size, f"read {read:,} bytes of {size:,} for 120 prompts in 12 shards"
+
+
+def test_a_replica_given_its_shards_by_the_driver_lists_nothing(huge, monkeypatch) -> None:
+    """On S3 every replica's own listing of the instances stage was one more LIST per replica per command."""
+    root, _ = huge
+    names = sorted(root.shard_names("instances"))
+    rows = [Work("1-2", "1-2", 1, SHARDS[1].prefix), Work("0-0", "0-0", 1, SHARDS[0].prefix)]
+    assert pool_shards(root, rows[:1]) == [SHARDS[1].text]  # only the shards that hold the pool's prompts
+
+    def no_listing(stage: str) -> set[str]:
+        raise AssertionError(f"listed {stage}")
+
+    monkeypatch.setattr(root, "shard_names", no_listing)
+    reader = PromptReader(root, shards=names)
+    assert len(reader.request("1-2", SHARDS[1].prefix).prompt_token_ids) == TOKENS
+    reader.close()
 
 
 def test_a_damaged_page_in_a_column_read_sets_the_shard_aside(huge) -> None:

@@ -195,25 +195,28 @@ class Replica:
         """Rows the current (or last) `run` has finished (committed within `commit_interval_s`)."""
         return self.writer.finished if self.writer is not None else 0
 
-    def run(self, work: list[tuple[str, str]], inflight: int | None = None, commit_interval_s: float = 30.0) -> dict:
+    def run(self, work: list[tuple[str, str]], inflight: int | None = None, commit_interval_s: float = 30.0,
+            shards: list[str] | None = None) -> dict:
         """Run `(instance_id, shard prefix)` pairs in this order (static dispatch); returns the engine's figures
         (its whole life's, with `runs`: an engine kept across adaptive rounds runs once per round, and `rows`:
-        this run's)."""
-        return self._run(iter(work), inflight or 2 * self.engine.max_num_seqs, commit_interval_s)
+        this run's). `shards`: the instance shards that hold them, as the driver listed them (None: list)."""
+        return self._run(iter(work), inflight or 2 * self.engine.max_num_seqs, commit_interval_s, shards)
 
-    def run_queue(self, queue: Any, k: int, inflight: int | None = None, commit_interval_s: float = 30.0) -> dict:
+    def run_queue(self, queue: Any, k: int, inflight: int | None = None, commit_interval_s: float = 30.0,
+                  shards: list[str] | None = None) -> dict:
         """Take contexts from the pool's `WorkQueue` actor as the engine has room, until the queue is empty
         (dynamic dispatch). The window defaults to `max_num_seqs`: a replica takes no more than its engine runs,
         so what it has not started stays in the queue for a free replica."""
-        return self._run(self._from_queue(queue, k), inflight or self.engine.max_num_seqs, commit_interval_s)
+        return self._run(self._from_queue(queue, k), inflight or self.engine.max_num_seqs, commit_interval_s, shards)
 
-    def _run(self, work: Iterator[tuple[str, str] | None], inflight: int, commit_interval_s: float) -> dict:
+    def _run(self, work: Iterator[tuple[str, str] | None], inflight: int, commit_interval_s: float,
+             shards: list[str] | None) -> dict:
         began = time.perf_counter()
         self.writer = _Writer(self.root, extra={"model_id": self.model_id, "replica": self.name, "node": self.node},
                               interval_s=commit_interval_s)
         self.finished_ids: list[str] = []
         try:
-            for rows in self.engine.stream(self._requests(work), inflight=inflight):
+            for rows in self.engine.stream(self._requests(work, shards), inflight=inflight):
                 self.writer.put(rows)
                 self.finished_ids += [row["instance_id"] for row in rows]
         finally:
@@ -244,9 +247,9 @@ class Replica:
                 yield None
             yield from ((w.instance_id, w.shard) for w in got)
 
-    def _requests(self, work: Iterator[tuple[str, str] | None]) -> Iterator:
+    def _requests(self, work: Iterator[tuple[str, str] | None], shards: list[str] | None) -> Iterator:
         """The token ids of each prompt, read as the engine asks for them (`PromptReader`); None passed on."""
-        reader = PromptReader(self.root, references=self.engine.needs_references)
+        reader = PromptReader(self.root, shards=shards, references=self.engine.needs_references)
         try:
             for item in work:
                 yield None if item is None else reader.request(*item)
@@ -265,13 +268,15 @@ class PromptReader:
     so a cache of a few groups would read a short-prompt shard's group again for every row of it.
     """
 
-    def __init__(self, root: RunRoot, *, open_files: int = 256, group_bytes: int = PROMPT_GROUP_BYTES,
-                 references: bool = False) -> None:
+    def __init__(self, root: RunRoot, *, shards: list[str] | None = None, open_files: int = 256,
+                 group_bytes: int = PROMPT_GROUP_BYTES, references: bool = False) -> None:
         self.root, self.open_files_max, self.group_bytes_max = root, open_files, group_bytes
         self.columns = ["prompt_token_ids", "max_new_tokens", *(["references"] if references else [])]
         """`references` only for the stand-in engine, whose canned answers are some of them."""
         self.by_prefix: dict[str, list[str]] = {}  # a generated shard's name -> it and its follow-up shards
-        for name in sorted(root.shard_names("instances")):
+        # The driver's names when it gave them: a replica then lists nothing (on S3, one listing per command,
+        # not one per replica).
+        for name in sorted(root.shard_names("instances") if shards is None else shards):
             self.by_prefix.setdefault(ShardName.parse(name).prefix, []).append(name)
         self.where: dict[str, dict[str, tuple[int, int]]] = {}  # shard -> instance id -> (row group, row in it)
         self.files: OrderedDict[str, Any] = OrderedDict()
@@ -580,6 +585,7 @@ def _infer_vllm(cfg: Config, replicas: PoolReplicas, send: pa.Table, progress) -
     rows = schedule(send)
     driver = _QueueDriver(cfg, replicas, rows) if cfg.cluster.dispatch == Dispatch.dynamic else \
         _StaticDriver(cfg, replicas, assign(rows, pool.replicas))
+    driver.shards = pool_shards(replicas.engines.root, rows)
     task_id = progress.add_task(f"infer {pool.name}", total=send.num_rows) if progress else None
     try:
         driver.start()
@@ -602,6 +608,12 @@ def _infer_vllm(cfg: Config, replicas: PoolReplicas, send: pa.Table, progress) -
     return send.num_rows
 
 
+def pool_shards(root: RunRoot, rows: list[Work]) -> list[str]:
+    """The instance shards (generated and follow-up) that hold `rows`, from the driver's own listing."""
+    prefixes = {w.shard for w in rows}
+    return [name for name in root.shard_names("instances") if ShardName.parse(name).prefix in prefixes]
+
+
 class _PoolDriver:
     """Runs a pool's prompts on its replicas and restarts the ones that die (what both dispatch modes share)."""
 
@@ -609,6 +621,8 @@ class _PoolDriver:
         self.cfg, self.replicas, self.root = cfg, replicas, replicas.engines.root
         self.runs: dict[Any, int] = {}
         """Each running `run` call's object ref -> its replica."""
+        self.shards: list[str] | None = None
+        """The instance shards that hold the pool's prompts, from the driver's listing (`pool_shards`)."""
         self.failures: dict[int, int] = {}
         self.done_rows = 0
         """Rows finished by runs that ended (returned, or died: those their replica committed)."""
@@ -703,7 +717,7 @@ class _StaticDriver(_PoolDriver):
 
     def _launch_one(self, k: int, actor: Any) -> Any:
         return actor.run.remote([(w.instance_id, w.shard) for w in self.work[k]], self.cfg.cluster.inflight,
-                                self.cfg.cluster.commit_interval_s)
+                                self.cfg.cluster.commit_interval_s, self.shards)
 
     def _replica_died(self, k: int, exc: BaseException) -> None:
         done = final_ids(self.root)
@@ -733,7 +747,8 @@ class _QueueDriver(_PoolDriver):
 
     def _launch_one(self, k: int, actor: Any) -> Any:
         self.idle.discard(k)
-        return actor.run_queue.remote(self.queue, k, self.cfg.cluster.inflight, self.cfg.cluster.commit_interval_s)
+        return actor.run_queue.remote(self.queue, k, self.cfg.cluster.inflight, self.cfg.cluster.commit_interval_s,
+                                      self.shards)
 
     def _run_ended(self, k: int) -> None:
         import ray
