@@ -162,6 +162,7 @@ class ApiPredictor:
                 rows[key].append(getattr(reply, key))
             rows["replica"].append(self.replica)
             rows["node"].append(self.node)
+            rows["engine_step"].append(None)  # a server's batches are not ours to see
         return rows
 
     def record(self) -> dict[str, Any]:
