@@ -300,7 +300,7 @@ class Location:
     def listing(self, rel: str = "") -> list[pafs.FileInfo]:
         """The files directly inside `rel` with their sizes and modification times (none if it does not exist)."""
         selector = pafs.FileSelector(self.full(rel), recursive=False, allow_not_found=True)
-        infos = self.call(f"list {self.path(rel)}", self.fs.get_file_info, selector)
+        infos = self.call(f"list {self.path(rel)}", self._list, selector)
         if not infos and self.kind == "s3":
             # pyarrow lists a missing bucket as empty: say so, or a typo in the bucket looks like a fresh run.
             bucket = self.call(f"look up bucket of {self.uri}", self.fs.get_file_info, self.bucket)
@@ -311,11 +311,22 @@ class Location:
                 )
         return [info for info in infos if info.type == pafs.FileType.File]
 
+    def _list(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
+        """List with `allow_not_found`, surviving pyarrow's local race: when a folder is created between its
+        failed listing and the existence check after it, pyarrow raises FileNotFoundError although the folder
+        is there (seen with racing lease claims). Asking again lists it."""
+        try:
+            return self.fs.get_file_info(selector)
+        except FileNotFoundError:
+            if self.kind != "local":
+                raise
+            return self.fs.get_file_info(selector)
+
     def has_files(self, rel: str = "") -> bool:
         """Whether any file lies anywhere under `rel` (empty folders, which some S3 servers keep after their
         objects are deleted, do not count)."""
         selector = pafs.FileSelector(self.full(rel), recursive=True, allow_not_found=True)
-        infos = self.call(f"list {self.path(rel)}", self.fs.get_file_info, selector)
+        infos = self.call(f"list {self.path(rel)}", self._list, selector)
         return any(info.type == pafs.FileType.File for info in infos)
 
     def open_input(self, rel: str = "") -> pa.NativeFile:
@@ -360,24 +371,14 @@ class Location:
         return self._s3_create(rel, data)
 
     def _local_create(self, rel: str, data: bytes) -> bool:
-        final = Path(self.base, rel)
-        tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex[:12]}{TMP_SUFFIX}")
-        try:
-            final.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+        def link(tmp: Path, final: Path) -> bool:
             try:
                 os.link(tmp, final)
             except FileExistsError:
                 return False
             return True
-        except OSError as exc:
-            raise self.error(f"create {final}", exc) from exc
-        finally:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
+
+        return self._publish_temp(rel, data, "create", link)
 
     def _s3_create(self, rel: str, data: bytes) -> bool:
         # pyarrow has no conditional writes: this one request goes through boto3, set up from the same
@@ -414,6 +415,12 @@ class Location:
 
     def _local_atomic(self, rel: str, data: bytes | pa.Buffer) -> None:
         """Write to a temp file beside the target, fsync, then rename over it (atomic on POSIX)."""
+        self._publish_temp(rel, data, "write", os.replace)
+
+    def _publish_temp(self, rel: str, data: bytes | pa.Buffer, what: str,
+                      publish: Callable[[Path, Path], T]) -> T:
+        """Write `data` whole to a temp file beside `rel`, fsync it, then `publish(tmp, final)`: readers never see
+        a partial file, and the temp file is gone afterwards whatever happened."""
         final = Path(self.base, rel)
         tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex[:12]}{TMP_SUFFIX}")
         try:
@@ -422,11 +429,11 @@ class Location:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, final)
+            return publish(tmp, final)
         except OSError as exc:
-            raise self.error(f"write {final}", exc) from exc
+            raise self.error(f"{what} {final}", exc) from exc
         finally:
-            with contextlib.suppress(OSError):  # gone after the rename, or the folder never existed
+            with contextlib.suppress(OSError):  # gone after a rename, or the folder never existed
                 tmp.unlink(missing_ok=True)
 
     def copy(self, rel: str, to: Location, to_rel: str) -> CopyKind:

@@ -8,6 +8,7 @@ import os
 import pickle
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -175,6 +176,32 @@ def test_local_listing(tree: Path) -> None:
     location = Location(str(tree))
     assert location.files("sub") == ["b.txt"]
     assert location.has_files("sub") and not location.has_files("absent")
+
+
+def test_a_local_folder_appearing_mid_listing_is_listed_not_an_error(tmp_path: Path) -> None:
+    """pyarrow raises FileNotFoundError when a folder is created between its failed listing and the existence
+    check after it (racing lease claims hit this in CI); a listing here must never raise for that."""
+    location = Location(str(tmp_path))
+    errors: list[BaseException] = []
+    for trial in range(300):
+        folder = tmp_path / f"d{trial}"
+        done = threading.Event()
+
+        def lister(name: str = folder.name, done: threading.Event = done) -> None:
+            while not done.is_set():
+                try:
+                    location.files(name)
+                    location.has_files(name)
+                except StoreError as exc:
+                    errors.append(exc)
+                    return
+
+        thread = threading.Thread(target=lister)
+        thread.start()
+        folder.mkdir()
+        done.set()
+        thread.join()
+    assert errors == []
 
 
 def test_local_open_and_read(tree: Path) -> None:

@@ -17,6 +17,7 @@ errors, counted, and retried by the next run. Models behind an HTTP API keep the
 
 from __future__ import annotations
 
+import abc
 import logging
 import os
 import queue
@@ -614,7 +615,7 @@ def pool_shards(root: RunRoot, rows: list[Work]) -> list[str]:
     return [name for name in root.shard_names("instances") if ShardName.parse(name).prefix in prefixes]
 
 
-class _PoolDriver:
+class _PoolDriver(abc.ABC):
     """Runs a pool's prompts on its replicas and restarts the ones that die (what both dispatch modes share)."""
 
     def __init__(self, cfg: Config, replicas: PoolReplicas) -> None:
@@ -628,14 +629,17 @@ class _PoolDriver:
         """Rows finished by runs that ended (returned, or died: those their replica committed)."""
         self.stats: dict[str, dict] = {}
 
+    @abc.abstractmethod
     def start(self) -> None:
-        raise NotImplementedError
+        """List the pool's work and set its first replicas running."""
 
+    @abc.abstractmethod
     def _launch_one(self, k: int, actor: Any) -> Any:
-        raise NotImplementedError
+        """Set replica `k` (its actor `actor`) running on its work; the object ref of that `run` call."""
 
+    @abc.abstractmethod
     def _replica_died(self, k: int, exc: BaseException) -> None:
-        raise NotImplementedError
+        """Make replica `k`'s unfinished work someone's again after its run failed with `exc`."""
 
     def _launch(self, ks: list[int]) -> None:
         """Start (or reuse) replicas `ks` and set each running."""
@@ -663,7 +667,7 @@ class _PoolDriver:
             self.done_rows += stats["rows"]
             self._run_ended(k)
 
-    def _run_ended(self, k: int) -> None:
+    def _run_ended(self, k: int) -> None:  # noqa: B027 (a hook: static dispatch has nothing to do)
         """Replica `k` finished what it was given."""
 
     def _give_up(self, k: int, exc: BaseException, left: list[Work]) -> bool:
@@ -701,7 +705,7 @@ class _PoolDriver:
                 continue  # dead: `wait` restarts it
         return self.done_rows + sum(counts.values())
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a hook: static dispatch holds nothing else)
         """Free what the driver holds besides the replicas."""
 
 
@@ -750,7 +754,7 @@ class _QueueDriver(_PoolDriver):
         return actor.run_queue.remote(self.queue, k, self.cfg.cluster.inflight, self.cfg.cluster.commit_interval_s,
                                       self.shards)
 
-    def _run_ended(self, k: int) -> None:
+    def _run_ended(self, k: int) -> None:  # noqa: B027 (a hook: static dispatch has nothing to do)
         import ray
 
         ray.get(self.queue.ran_out.remote(k))
