@@ -228,12 +228,13 @@ def _print_sizing(cfg, plan) -> None:
         if p.replica_bytes is None:
             table.add_row(label, "unknown", "max_num_seqs unknown (below)")
             continue
-        seqs = f" (2 x max_num_seqs {p.max_num_seqs})" if p.max_num_seqs and not cfg.cluster.inflight else ""
+        per_slot = "" if cfg.cluster.dispatch == "dynamic" else "2 x "
+        seqs = f" ({per_slot}max_num_seqs {p.max_num_seqs})" if p.max_num_seqs and not cfg.cluster.inflight else ""
         table.add_row(label, size(p.replica_bytes),
                       f"{p.window} prompts in flight{seqs} x {p.longest:,} tokens x "
                       f"{sizing.PYLIST_BYTES_PER_TOKEN + sizing.ENGINE_BYTES_PER_TOKEN:.1f} B (the replica's and "
-                      f"vLLM's copies of the ids) + one shard read ahead {size(p.read_ahead_bytes)} + vLLM's input "
-                      f"batch; {p.replicas_per_node} per node")
+                      f"vLLM's copies of the ids) + one shard read ahead {size(p.read_ahead_bytes)} + decoded row "
+                      f"groups {size(p.row_group_bytes)} + vLLM's input batch; {p.replicas_per_node} per node")
     table.add_row("memory: generation actor", size(s.generation_actor_bytes),
                   f"{size(sizing.GENERATION_ACTOR_START_BYTES)} (tokenizer, corpora) + the largest shard being built "
                   f"at its measured bytes per token; {s.generation_actors} actors (cluster.generate_parallelism)")

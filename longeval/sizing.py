@@ -34,10 +34,11 @@ from functools import cache
 from importlib import resources
 
 from longeval.capacity import GIB, MIB, ModelArch, find_model_arch, kv_cache_tokens
-from longeval.config import Config
+from longeval.config import Config, Dispatch
 from longeval.cost import DEFAULT_GPU, Cost, call_cost, replica_shape
 from longeval.instance_cache import cache_uri
 from longeval.plan import Plan, Pool, size_pool, suite_seq_tokens
+from longeval.store import PROMPT_GROUP_BYTES
 from longeval.tasks import get_task
 from longeval.tasks.base import output_budget
 from longeval.text.render import prompt_format
@@ -195,11 +196,15 @@ class PoolSizing:
     longest: int
     """The longest sequence the pool sends: min(its longest length, max_model_len)."""
     window: int | None
-    """Prompts in each replica's engine at once (cluster.inflight, else twice max_num_seqs); None: unknown."""
+    """Prompts in each replica's engine at once (cluster.inflight, else max_num_seqs, twice that with static
+    dispatch); None: unknown."""
     max_num_seqs: int | None
     read_ahead_bytes: int
+    row_group_bytes: int
+    """The prompt reader's cache of decoded row groups: `store.PROMPT_GROUP_BYTES`, or the pool's ids if less."""
     replica_bytes: int | None
-    """Host memory a replica's data path holds: window x longest x bytes per token, read-ahead, input batch."""
+    """Host memory a replica's data path holds: window x longest x bytes per token, read-ahead, row-group cache,
+    input batch."""
     replicas_per_node: int
     cost: Cost | None
     wall_s: float | None
@@ -380,7 +385,10 @@ def _size_pool(cfg: Config, pool: Pool, cells: list[_Cell], arch: ModelArch | No
     calls = sum(_calls(c) for c in sent)
     longest = min(max(pool.lengths), pool.max_model_len)
     sized = size_pool(cfg, pool, suite_seq_tokens(cfg, pool)) if cfg.model.engine == "vllm" and arch else pool
-    window = cfg.cluster.inflight or (2 * sized.max_num_seqs if sized.max_num_seqs else None)
+    # A replica's window (`infer.Replica`): max_num_seqs when it pulls work (dynamic dispatch), twice that when it
+    # runs a list of its own (static), so its engine never waits on the next prompt.
+    per_slot = 1 if cfg.cluster.dispatch == Dispatch.dynamic else 2
+    window = cfg.cluster.inflight or (per_slot * sized.max_num_seqs if sized.max_num_seqs else None)
     if window is not None:
         window = max(1, min(window, calls))
 
@@ -408,17 +416,22 @@ def _size_pool(cfg: Config, pool: Pool, cells: list[_Cell], arch: ModelArch | No
         rows = min(shard_size, biggest.instances)
         read_ahead = round(READ_AHEAD_SHARDS * rows * (biggest.figures.disk(biggest.length)
                                                        + biggest.length * IDS_ARROW_BYTES_PER_TOKEN))
+    # The prompt reader's decoded row groups beyond the one being read: up to its budget, never more than the
+    # pool's prompts hold (so that shards a replica's list interleaves are read once, `infer.PromptReader`).
+    pool_ids = sum(c.instances * c.length * IDS_ARROW_BYTES_PER_TOKEN for c in sent)
+    row_groups = round(min(PROMPT_GROUP_BYTES, pool_ids))
     replica_bytes = None
     if window is not None:
         seqs = sized.max_num_seqs or window
         in_engine = window * longest * (PYLIST_BYTES_PER_TOKEN + ENGINE_BYTES_PER_TOKEN)
         input_batch = pool.tensor_parallel_size * seqs * pool.max_model_len * INPUT_BATCH_BYTES_PER_SLOT_TOKEN
-        replica_bytes = round(in_engine + read_ahead + input_batch)
+        replica_bytes = round(in_engine + read_ahead + row_groups + input_batch)
     per_node = (max(1, min(pool.replicas, cfg.cluster.gpus_per_node // pool.tensor_parallel_size))
                 if pool.placement is not None else pool.replicas)
     return PoolSizing(name=pool.name, lengths=pool.lengths, replicas=replicas, tensor_parallel_size=tp, calls=calls,
                       longest=longest, window=window, max_num_seqs=sized.max_num_seqs, read_ahead_bytes=read_ahead,
-                      replica_bytes=replica_bytes, replicas_per_node=per_node, cost=cost, wall_s=wall)
+                      row_group_bytes=row_groups, replica_bytes=replica_bytes, replicas_per_node=per_node, cost=cost,
+                      wall_s=wall)
 
 
 def _prediction_disk(budget: int) -> float:

@@ -50,7 +50,7 @@ def test_plan_prints_the_sizing_block_for_the_quick_suite(capsys, tmp_path, smol
                    "memory: driver", "memory: replica, pool0 (<= 4,096 tokens)", "memory: generation actor",
                    "memory: head node, at most", "generation", "GPU: total on a100_80gb", "wall time"):
         assert f"│ {figure}" in text, figure
-    assert "22 prompts in flight (2 x max_num_seqs 11) x 4,096 tokens" in text  # the window of the plan above
+    assert "11 prompts in flight (max_num_seqs 11) x 4,096 tokens" in text  # the window of the plan above
     assert "GPU figures as if on 8 x a100_80gb (cluster.gpu is unset" in text
     assert "measured: benchmarks/sizing_figures.py on" in text
     assert not any(tmp_path.iterdir())

@@ -93,23 +93,26 @@ def test_gpu_hours_are_call_cost_summed_over_every_call_on_its_pools_shape():
 
 
 def test_replica_memory_is_set_by_the_window_not_by_the_suite():
-    _, _, s = _size("suite.tasks=[vt,niah_single_2]", "suite.lengths=[4096,131072]", "suite.samples=500")
-    _, _, ten = _size("suite.tasks=[vt,niah_single_2]", "suite.lengths=[4096,131072]", "suite.samples=5000")
+    # From 5,000 samples on, the prompts of even the 4K pool fill the prompt reader's row-group budget.
+    _, _, s = _size("suite.tasks=[vt,niah_single_2]", "suite.lengths=[4096,131072]", "suite.samples=5000")
+    _, _, ten = _size("suite.tasks=[vt,niah_single_2]", "suite.lengths=[4096,131072]", "suite.samples=50000")
+    assert all(p.row_group_bytes == sizing.PROMPT_GROUP_BYTES for p in s.pools)
     assert ten.instances_bytes == pytest.approx(10 * s.instances_bytes)
     assert [p.replica_bytes for p in ten.pools] == [p.replica_bytes for p in s.pools]
     assert ten.generation_actor_bytes == s.generation_actor_bytes
     assert ten.driver_parts["metadata"] == pytest.approx(10 * s.driver_parts["metadata"], rel=1e-6)  # rows, not tokens
 
 
-def test_replica_memory_is_the_window_of_prompts_plus_one_shard_read_ahead(round_figures):
+def test_replica_memory_is_the_window_of_prompts_plus_one_shard_read_ahead_and_the_row_group_cache(round_figures):
     cfg, plan, s = _size("suite.tasks=[vt]", "suite.lengths=[131072]", "suite.samples=100", "cluster.inflight=6")
     (pool,) = s.pools
     assert pool.window == 6 and pool.longest == 131072
     per_token = sizing.PYLIST_BYTES_PER_TOKEN + sizing.ENGINE_BYTES_PER_TOKEN
     read_ahead = 25 * ((100 + 131072) + 131072 * sizing.IDS_ARROW_BYTES_PER_TOKEN)  # a shard's file and its ids
     input_batch = pool.tensor_parallel_size * pool.max_num_seqs * 131072 * sizing.INPUT_BATCH_BYTES_PER_SLOT_TOKEN
-    assert pool.read_ahead_bytes == read_ahead
-    assert pool.replica_bytes == round(6 * 131072 * per_token + read_ahead + input_batch)
+    row_groups = min(sizing.PROMPT_GROUP_BYTES, 100 * 131072 * sizing.IDS_ARROW_BYTES_PER_TOKEN)
+    assert pool.read_ahead_bytes == read_ahead and pool.row_group_bytes == row_groups
+    assert pool.replica_bytes == round(6 * 131072 * per_token + read_ahead + row_groups + input_batch)
     assert pool.replicas_per_node == min(pool.replicas, 8 // pool.tensor_parallel_size)
     assert s.replica_node_bytes == pool.replica_bytes * pool.replicas_per_node
 
@@ -198,3 +201,14 @@ def test_the_docs_sizing_tables_are_what_longeval_plan_prints(suite):
         assert value == _documented(block, label), label
     longest = f"memory: replica, {'32K–128K' if pool.longest == 131072 else '256K–1M'} pool"
     assert pool.replica_bytes == _documented(block, longest)
+
+
+def test_a_replica_pulling_work_holds_max_num_seqs_prompts_and_one_given_a_list_twice_that():
+    """Dynamic dispatch takes a context when the engine has a free slot; a static list keeps the next batch ready."""
+    overrides = ("suite.tasks=[vt]", "suite.lengths=[131072]", "suite.samples=100")
+    _, _, dynamic = _size(*overrides)
+    _, _, static = _size(*overrides, "cluster.dispatch=static")
+    (d,), (s,) = dynamic.pools, static.pools
+    assert d.window == d.max_num_seqs and s.window == 2 * s.max_num_seqs
+    per_token = sizing.PYLIST_BYTES_PER_TOKEN + sizing.ENGINE_BYTES_PER_TOKEN
+    assert s.replica_bytes - d.replica_bytes == round(d.max_num_seqs * 131072 * per_token)
