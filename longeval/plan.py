@@ -266,11 +266,21 @@ def _length_buckets(cfg: Config) -> list[list[int]]:
     return [b for b in buckets if b]
 
 
-def in_plan(cfg: Config, instances: pa.Table) -> pa.Table:
+PlanKey = tuple[str, int, int, int]
+"""An instance's place in a plan: family/task, target length, seed, index."""
+
+
+def planned_keys(cfg: Config) -> set[PlanKey]:
+    """Every instance the current config plans, by its place (`in_plan`'s test, kept by callers that filter
+    many tables)."""
+    plan = make_plan(cfg, check_data=False)
+    return {(s.task, s.target_length, s.seed, i) for s in plan.shards for i in s.indices()}
+
+
+def in_plan(cfg: Config, instances: pa.Table, keys: set[PlanKey] | None = None) -> pa.Table:
     """Only the instances the current config plans: a run root reused with fewer tasks, lengths or samples keeps
     the other rows on disk, but they never reach the scores or the summaries."""
-    plan = make_plan(cfg, check_data=False)
-    keys = {(s.task, s.target_length, s.seed, i) for s in plan.shards for i in s.indices()}
+    keys = planned_keys(cfg) if keys is None else keys
     family_task = [f"{f}/{t}" for f, t in zip(instances["family"].to_pylist(), instances["task"].to_pylist(),
                                                strict=True)]
     mask = [(ft, length, seed, index) in keys for ft, length, seed, index in zip(

@@ -6,17 +6,20 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from longeval import __version__, interrupt
+from longeval.compact import SHARD_COLUMNS
 from longeval.config import Config, suite_hash
 from longeval.followup import parents_with_followups
-from longeval.plan import in_plan
+from longeval.plan import PlanKey, in_plan, make_plan, planned_keys
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, latest_predictions
 from longeval.runtime import NO_ACTOR_RESTARTS
-from longeval.scoring.deadline import DeadlineScorer
+from longeval.scoring.deadline import DeadlineScorer, import_plugins
+from longeval.shards import ShardName, compacted_prefix
 from longeval.store import RunRoot
 from longeval.tasks import judge_for
 
@@ -26,22 +29,65 @@ log = logging.getLogger(__name__)
 # -- score ------------------------------------------------------------------------------------------
 
 
-class Scorer:
-    """Ray Data callable: instance + prediction rows in, score rows out (scorers never raise on output).
+@dataclass(frozen=True)
+class ScoringUnit:
+    """One generated instance shard's rows to score: its shards (follow-ups included, so a chain is whole) and
+    the prediction files that may hold their predictions (its merged file, and any part not merged yet)."""
 
-    Each call runs in a child process under `cluster.scorer_timeout_s` (`longeval.scoring.deadline`), so one
+    instances: tuple[str, ...]
+    predictions: tuple[str, ...]
+
+
+def scoring_units(cfg: Config, root: RunRoot) -> list[ScoringUnit]:
+    """The planned instance shards, each with its prediction files, from listings (and, only while parts are
+    not merged yet, the parts' ids): what lets each scorer read its own inputs, so the driver holds none."""
+    planned = {shard.name for shard in make_plan(cfg, check_data=False).shards}
+    instances: dict[str, list[str]] = {}
+    for name in root.shard_names("instances"):
+        prefix = ShardName.parse(name).prefix
+        if prefix in planned:
+            instances.setdefault(prefix, []).append(name)
+    predictions: dict[str, list[str]] = {}
+    names = root.shard_names("predictions")
+    for name in names:
+        if (prefix := compacted_prefix(name)) is not None:
+            predictions.setdefault(prefix, []).append(name)
+    parts = sorted(n for n in names if compacted_prefix(n) is None)
+    if parts:  # a stage stopped before its merge (`longeval score` on a killed infer): route each part
+        meta = root.read_stage("instances", INSTANCE_SCHEMA, columns=SHARD_COLUMNS)
+        shard_of = dict(zip(meta["instance_id"].to_pylist(), (ShardName.of(r).prefix for r in
+                                                               meta.select(SHARD_COLUMNS[1:]).to_pylist()),
+                            strict=True))
+        for part in parts:
+            ids = root.read_shard("predictions", part, PREDICTION_SCHEMA, columns=["instance_id"])
+            for prefix in {shard_of.get(i) for i in ids["instance_id"].to_pylist()} - {None}:
+                predictions.setdefault(prefix, []).append(part)
+    return [ScoringUnit(tuple(sorted(names)), tuple(sorted(predictions.get(prefix, ()))))
+            for prefix, names in sorted(instances.items())]
+
+
+class UnitScorer:
+    """Ray Data callable: scoring units in, score rows out (scorers never raise on output).
+
+    Each unit's instances (metadata columns) and predictions are read here, not on the driver, so the driver's
+    memory is set by the score rows alone, whatever the suite's outputs, references and `meta` weigh. Each
+    judge call runs in a child process under `cluster.scorer_timeout_s` (`longeval.scoring.deadline`), so one
     pathological output costs a `scorer_timeout` row, not the run.
     """
 
-    def __init__(self, timeout_s: float, plugins: list[str]) -> None:
-        self.scorer = DeadlineScorer(timeout_s, judge_for, plugins)
+    def __init__(self, cfg: Config, root: RunRoot) -> None:
+        self.cfg, self.root = cfg, root
+        import_plugins(cfg.plugins)  # the plan names their tasks too
+        self.keys = planned_keys(cfg)
+        self.scorer = DeadlineScorer(cfg.cluster.scorer_timeout_s, judge_for, cfg.plugins)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        return pa.Table.from_pylist(self.scorer.score_rows(batch.to_pylist()), schema=SCORE_SCHEMA)
-
-
-SCORE_BATCH = 64
-"""Rows per scoring batch: small enough for the progress bar to move, large enough to amortise Ray's overhead."""
+        rows = []
+        for instances, predictions in zip(batch["instances"].to_pylist(), batch["predictions"].to_pylist(),
+                                          strict=True):
+            unit = ScoringUnit(tuple(instances), tuple(predictions))
+            rows.extend(self.scorer.score_rows(scoring_input(self.cfg, self.root, unit, keys=self.keys).to_pylist()))
+        return pa.Table.from_pylist(rows, schema=SCORE_SCHEMA)
 
 
 def score(cfg: Config, root: RunRoot, progress=None) -> pa.Table:
@@ -51,16 +97,17 @@ def score(cfg: Config, root: RunRoot, progress=None) -> pa.Table:
     fingerprint = score_fingerprint(cfg, root)
     if scores_current(root, fingerprint):
         return root.read_stage("scores", SCORE_SCHEMA)
-    joined = scoring_input(cfg, root)
-    if joined.num_rows == 0:
+    units = scoring_units(cfg, root)
+    if not units:
         scores = SCORE_SCHEMA.empty_table()
     else:
-        ds = ray.data.from_arrow(joined).map_batches(
-            Scorer, fn_constructor_kwargs={"timeout_s": cfg.cluster.scorer_timeout_s, "plugins": cfg.plugins},
-            batch_size=SCORE_BATCH, batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=1),
-            num_cpus=0.5, **NO_ACTOR_RESTARTS,
+        items = [{"instances": list(u.instances), "predictions": list(u.predictions)} for u in units]
+        ds = ray.data.from_items(items, override_num_blocks=min(len(items), 200)).map_batches(
+            UnitScorer, fn_constructor_kwargs={"cfg": cfg, "root": root}, batch_size=1, batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0.5, **NO_ACTOR_RESTARTS,
         )
-        task_id = progress.add_task("score", total=joined.num_rows) if progress else None
+        total = len(planned_keys(cfg))  # an upper bound: first calls of two-call chains are not scored
+        task_id = progress.add_task("score", total=total) if progress else None
         parts = []
         for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):
             interrupt.check()
@@ -68,7 +115,9 @@ def score(cfg: Config, root: RunRoot, progress=None) -> pa.Table:
             parts.append(part)
             if progress:
                 progress.advance(task_id, part.num_rows)
-        scores = pa.concat_tables(parts).cast(SCORE_SCHEMA)
+        if progress:
+            progress.update(task_id, completed=total)
+        scores = pa.concat_tables(parts).cast(SCORE_SCHEMA) if parts else SCORE_SCHEMA.empty_table()
         scores = scores.sort_by([("task", "ascending"), ("target_length", "ascending"),
                                  ("instance_id", "ascending")])
         timeouts = pc.sum(pc.equal(scores["error_type"], "scorer_timeout")).as_py() or 0
@@ -104,14 +153,18 @@ def scores_current(root: RunRoot, fingerprint: str) -> bool:
     return root.read_json(SCORE_INPUT).get("fingerprint") == fingerprint
 
 
-def scoring_input(cfg: Config, root: RunRoot) -> pa.Table:
-    """The instances of the current plan joined with their latest prediction (follow-up parents left out)."""
+def scoring_input(cfg: Config, root: RunRoot, unit: ScoringUnit | None = None, *,
+                  keys: set[PlanKey] | None = None) -> pa.Table:
+    """The instances of the current plan (of `unit`, else all) joined with their latest prediction (follow-up
+    parents left out). `keys`: `planned_keys(cfg)`, when the caller keeps it."""
     columns = [n for n in INSTANCE_SCHEMA.names if n not in ("prompt", "prompt_token_ids")]
-    instances = in_plan(cfg, root.read_stage("instances", INSTANCE_SCHEMA, columns=columns))
+    names = unit.instances if unit else None
+    instances = in_plan(cfg, root.read_stage("instances", INSTANCE_SCHEMA, columns=columns, names=names), keys)
     chained = parents_with_followups(instances)  # first calls of complete chains: only the last call counts
     if chained:
         instances = instances.filter(pc.invert(pc.is_in(instances["instance_id"], value_set=pa.array(list(chained)))))
-    preds = latest_predictions(root.read_stage("predictions", PREDICTION_SCHEMA))
+    preds = latest_predictions(root.read_stage("predictions", PREDICTION_SCHEMA,
+                                               names=unit.predictions if unit else None))
     return _join(instances, preds)
 
 
