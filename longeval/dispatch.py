@@ -75,6 +75,14 @@ def shares(assignment: Sequence[Sequence[Work]]) -> list[float]:
     return [len(a) / even for a in assignment]
 
 
+AFFINITY_SLACK = 0.1
+"""How much cheaper than the first context in the queue another may be and still go first, for shard affinity
+(`WorkQueue._pick`): within a (task, length) cell contexts cost about the same, so this keeps each pick among
+the heaviest work while letting a replica stay on the shards it has open."""
+AFFINITY_LOOKAHEAD = 256
+"""How far down the queue `WorkQueue._pick` looks for a context from a shard the replica has open."""
+
+
 class WorkQueue:
     """A pool's prompts, handed out a context at a time to whichever replica has room (dynamic dispatch).
 
@@ -111,6 +119,10 @@ class WorkQueue:
         """When each replica first asked in its current life (`time.monotonic`, or the caller's clock)."""
         self.done_cost = dict.fromkeys(range(replicas), 0)
         """Cost each replica finished in its current life."""
+        self.opened: dict[int, set[str]] = {k: set() for k in range(replicas)}
+        """The instance shards each replica has taken prompts from in its current life (its reader has them open)."""
+        self.readers: dict[str, set[int]] = {}
+        """The other way round: which replicas have each shard open."""
 
     def take(self, replica: int, room: int = 1, finished: Iterable[str] = (),
              now: float | None = None) -> list[Work] | None:
@@ -133,17 +145,42 @@ class WorkQueue:
         share = self._share(replica, now)
         out: list[Work] = []
         while self.queue and (not out or len(out) < room):
-            unit = self.queue[0]
+            at = self._pick(replica)
+            unit = self.queue[at]
             cost = sum(w.cost for w in unit)
             if held and self.held_cost[replica] + cost > share:
                 break
-            self.queue.popleft()
+            del self.queue[at]
+            for shard in {w.shard for w in unit}:
+                self.opened[replica].add(shard)
+                self.readers.setdefault(shard, set()).add(replica)
             self.queued_cost -= cost
             self.held_cost[replica] += cost
             out += unit
             held.update((w.instance_id, w) for w in unit)
         self.handed[replica] += out
         return out
+
+    def _pick(self, replica: int) -> int:
+        """Where in the queue `replica`'s next context is: among the next contexts that cost nearly what the
+        first does (`AFFINITY_SLACK`, `AFFINITY_LOOKAHEAD`), the first from shards it has open already, else
+        the first from shards no other replica has opened, else the first. So each instance shard is read by
+        about one replica (on S3 a file's requests are paid once, not by every replica of the pool), while the
+        order stays heaviest first within the slack."""
+        first = sum(w.cost for w in self.queue[0])
+        best, best_rank = 0, -1
+        for at in range(min(AFFINITY_LOOKAHEAD, len(self.queue))):
+            unit = self.queue[at]
+            if sum(w.cost for w in unit) < first * (1 - AFFINITY_SLACK):
+                break
+            shards = {w.shard for w in unit}
+            rank = (2 if shards <= self.opened[replica]
+                    else 1 if all(self.readers.get(shard, set()) <= {replica} for shard in shards) else 0)
+            if rank > best_rank:
+                best, best_rank = at, rank
+                if rank == 2:
+                    break
+        return best
 
     def _share(self, replica: int, now: float) -> float:
         """The cost `replica` may hold: the unfinished cost split by measured speed, or evenly."""
@@ -169,6 +206,7 @@ class WorkQueue:
         self.handed[replica] = []
         self.first_ask.pop(replica, None)  # a new life: its speed is measured afresh
         self.done_cost[replica] = 0
+        self._close(replica)  # and its reader starts with no shard open
         return left, len(handed) - len(left)
 
     def ran_out(self, replica: int) -> None:
@@ -182,6 +220,12 @@ class WorkQueue:
         self.held[replica].clear()
         self.held_cost[replica] = 0
         self.handed[replica] = []
+        self._close(replica)
+
+    def _close(self, replica: int) -> None:
+        for shard in self.opened[replica]:
+            self.readers[shard].discard(replica)
+        self.opened[replica] = set()
 
     def remaining(self) -> int:
         """Prompts not yet handed out."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from longeval import dispatch
 from longeval.dispatch import Work, WorkQueue, assign, group_by_context, shares
 
 
@@ -181,3 +183,23 @@ def test_the_queue_never_loses_or_repeats_a_prompt_whatever_the_speeds(contexts,
     rows = [Work(f"i{c}-{j}", f"c{c}", cost, "s") for c, (n, cost) in enumerate(contexts) for j in range(n)]
     _, ran_on = _simulate(rows, [1.0 + k for k in range(replicas)], slots)
     assert sorted(ran_on) == sorted(w.instance_id for w in rows)
+
+
+def _readers_per_shard(monkeypatch: pytest.MonkeyPatch, lookahead: int) -> float:
+    """Two equal replicas of 4 slots over 20 shards of 10 contexts each (costs within 5 % of one another): how
+    many replicas take prompts from a shard, on average."""
+    monkeypatch.setattr(dispatch, "AFFINITY_LOOKAHEAD", lookahead)
+    rows = [Work(f"i{s:02d}-{c}", f"c{s:02d}-{c}", 1000 + (s * 7 + c * 13) % 50, f"shard{s:02d}")
+            for s in range(20) for c in range(10)]
+    _, ran_on = _simulate(rows, [1.0, 1.0], slots=4)
+    readers: dict[str, set[int]] = {}
+    for w in rows:
+        readers.setdefault(w.shard, set()).add(ran_on[w.instance_id])
+    return sum(len(r) for r in readers.values()) / len(readers)
+
+
+def test_a_replica_stays_on_the_shards_it_has_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On S3 every replica that reads a shard pays its requests (a HEAD and range GETs): with shard affinity
+    about one replica reads each shard; taking strictly the heaviest context first, nearly both do."""
+    assert _readers_per_shard(monkeypatch, dispatch.AFFINITY_LOOKAHEAD) <= 1.2
+    assert _readers_per_shard(monkeypatch, 1) >= 1.8
