@@ -528,12 +528,17 @@ def next_group_round(cells: Mapping[tuple[str, int], Sequence[float]], groups: M
                      settings: Settings) -> dict[tuple[str, int], int]:
     """New instances per (task, length) so that every group's needed lengths gain one round of columns: each member
     is brought to (columns so far + round_size), never past the cap. A task in several groups gets the most any of
-    them asks for."""
+    them asks for.
+
+    Allocation goes to the lengths that decide the answer: a needed length waits while a longer needed one looks
+    above (its mean so far exceeds the threshold), since if that one is decided above, the shorter cannot move
+    the effective length. This only orders the sampling; every decision is still taken by its own bound."""
     want: dict[tuple[str, int], int] = {}
     for tasks in groups.values():
         states, _ = assess_group(cells, tasks, replace(settings, intervals=False))
         for s in states:
-            if not s.needed:
+            if not s.needed or any(o.needed and o.length > s.length and o.mean is not None
+                                   and o.mean > settings.threshold for o in states):
                 continue
             target = min(settings.cap_for(s.length), s.n + settings.round_size)
             for t in tasks:

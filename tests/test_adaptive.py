@@ -354,3 +354,15 @@ def test_a_group_is_decided_on_its_mean_and_checks_longer_lengths_instead_of_ass
     assert all(used[(t, 8)] == 10 for t in tasks)  # far below: one round of columns
     assert len({used[(t, 2)] for t in tasks}) == 1  # equal rounds per member
     assert by[1].n <= by[4].n  # not sampled past the round where 4 was decided
+
+
+def test_a_shorter_length_waits_while_a_longer_one_looks_above():
+    """Allocation only: 2 looks above (mean 0.95, undecided after 10 draws per task), so 1 waits; once 2 looks
+    below, 1 is sampled again. Both members always get the same count (equal rounds)."""
+    settings = Settings(threshold=0.856, alpha=ALPHA, round_size=10, cap=200)
+    tasks = ["t/a", "t/b"]
+    looks_above = {("t/a", 1): np.ones(10), ("t/b", 1): np.ones(10),
+                   ("t/a", 2): np.r_[np.ones(9), 0.0], ("t/b", 2): np.ones(10)}
+    assert next_group_round(looks_above, {"g": tasks}, settings) == {("t/a", 2): 10, ("t/b", 2): 10}
+    looks_below = {**looks_above, ("t/a", 2): np.r_[np.ones(7), np.zeros(3)], ("t/b", 2): np.r_[np.ones(9), 0.0]}
+    assert next_group_round(looks_below, {"g": tasks}, settings) == {(t, n): 10 for t in tasks for n in (1, 2)}
