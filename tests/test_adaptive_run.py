@@ -38,6 +38,32 @@ def test_round_shards_are_the_full_sweeps_next_shards(tmp_path):
     assert all(full[s.name] == s for s in shards)
 
 
+def test_a_suite_target_samples_every_task_in_equal_rounds_at_the_lengths_that_decide(tmp_path):
+    """`suite.adaptive_target=suite`: 2048 looks above on the tasks' mean (vt's 0.9 and niah's 1.0), so 1024
+    waits; each task gets the same next shards at 2048, including niah's, whose own cell alone would be open
+    too. A vt cell that looks below on its own is sampled no further than the suite's round."""
+    from longeval.adaptive_run import Cell, target_groups
+
+    cfg = _cfg(tmp_path, "suite.samples=40", "suite.shard_size=5", "suite.adaptive_target=suite")
+    scores = {("ruler/niah_single_1", 1024): np.ones(5), ("ruler/vt", 1024): np.zeros(5),
+              ("ruler/niah_single_1", 2048): np.ones(10), ("ruler/vt", 2048): np.r_[np.ones(9), 0.0]}
+    cells = {k: Cell(v, np.ones(len(v)), np.ones(len(v))) for k, v in scores.items()}
+    shards = round_shards(cfg, assess(scores, settings_for(cfg)), make_plan(cfg, check_data=False), cells)
+    assert {s.name for s in shards} == {"ruler.niah_single_1.L2048.s42.00002", "ruler.vt.L2048.s42.00002"}
+    assert target_groups(cfg, {"ruler/vt", "ruler/niah_single_1"}) == {"all": ["ruler/niah_single_1", "ruler/vt"]}
+    groups = target_groups(_cfg(tmp_path, "suite.adaptive_target=groups"), {"ruler/vt", "ruler/niah_single_1"})
+    assert groups == {"retrieval": ["ruler/niah_single_1"], "multi-hop tracking": ["ruler/vt"],
+                      "all": ["ruler/niah_single_1", "ruler/vt"]}
+    assert target_groups(_cfg(tmp_path), {"ruler/vt"}) == {}
+
+
+def test_an_unknown_adaptive_target_is_refused(tmp_path):
+    from longeval.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="choices: tasks, groups, suite"):
+        _cfg(tmp_path, "suite.adaptive_target=cells")
+
+
 def test_stages_of_an_adaptive_run_go_together(tmp_path):
     from longeval.errors import ConfigError
     from longeval.pipeline import run
@@ -113,7 +139,7 @@ def test_terminal_view_shows_decisions_intervals_and_compute():
          "noise_high": 4096},
         {"scope": "group", "name": "all", "effective_length": 4096, "effective_length_low": 4096,
          "effective_length_high": 4096, "decided": True, "near_threshold": False, "noise_low": 4096,
-         "noise_high": 4096}], schema=LENGTH_SCHEMA)
+         "noise_high": 4096, "bound": "group mean"}], schema=LENGTH_SCHEMA)
     compute = {"instances": 550, "full_instances": 1000, "tokens": 2000, "full_tokens_est": 40000,
                "token_share": 0.05, "cells": 2, "decided_early": 1, "confidence": 0.95}
     from longeval.tracking import summary_metrics
@@ -131,7 +157,7 @@ def test_terminal_view_shows_decisions_intervals_and_compute():
     text = console.export_text()
     assert "above 50*" in text and "open 500" in text
     assert "undecided, between 4K and 8K" in text and "(5.0 %)" in text
-    assert "above 500~" in text and "group all: 4K" in text
+    assert "above 500~" in text and "group all: 4K [group mean]" in " ".join(text.split())
     assert "ruler/vt: undecided near the threshold: a full sweep could give none to 4K (these instances give " \
         "4K)" in text
 

@@ -17,8 +17,9 @@ _MARK = {"above": "[green]above[/]", "below": "[red]below[/]", "undecided": "[ye
 
 def render_adaptive(cells: pa.Table, lengths: pa.Table, compute: dict) -> Group:
     """Per task x length: decision and instances spent (`*` decided early, `~` near the threshold, `!` above a
-    failed shorter length); then the effective length per task and skill group with its interval, and the compute
-    against the full sweep. `below?`: stopped by the confirmation rule without a decision."""
+    failed shorter length); then the effective length per task and skill group with its interval (a group decided
+    on its mean's own bound, `suite.adaptive_target`, says `[group mean]`), and the compute against the full
+    sweep. `below?`: stopped by the confirmation rule without a decision."""
     rows = cells.to_pylist()
     all_lengths = sorted({r["target_length"] for r in rows})
     table = Table(title="adaptive run: decision / instances per cell (* decided early, ~ near the threshold, "
@@ -32,7 +33,8 @@ def render_adaptive(cells: pa.Table, lengths: pa.Table, compute: dict) -> Group:
     for task, cells_of in sorted(by_task.items()):
         table.add_row(task.split("/")[-1], *[
             _cell(cells_of[n]) if n in cells_of else "–" for n in all_lengths])
-    lines = [f"{r['scope']} {r['name']}: {effective_length_text(r)}" for r in lengths.to_pylist()]
+    lines = [f"{r['scope']} {r['name']}: {effective_length_text(r)}"
+             + (" [group mean]" if r.get("bound") == "group mean" else "") for r in lengths.to_pylist()]
     share = compute.get("token_share")
     spent = (f"{compute['instances']:,}/{compute['full_instances']:,} instances, {compute['tokens']:,} tokens of "
              f"~{compute['full_tokens_est']:,} for the full sweep"
