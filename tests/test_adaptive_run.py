@@ -198,3 +198,29 @@ def test_a_run_killed_mid_round_resumes_without_redoing_work_and_decides_the_sam
     ids = root.read_stage("predictions", PREDICTION_SCHEMA, columns=["instance_id"])["instance_id"].to_pylist()
     assert len(ids) == len(set(ids)) == 8  # every instance inferred once: none lost, none redone
     assert {n: (Path(root.uri) / "instances" / n).stat().st_mtime_ns for n in shards} == shards  # not rewritten
+
+
+@pytest.mark.engine
+def test_a_suite_target_run_decides_the_suites_effective_length_and_resumes(tmp_path, tiny_model_path):
+    """`suite.adaptive_target=suite` on the tiny model (scores 0): every task gets the same shards per length
+    (equal rounds), the suite's mean is decided below at both lengths by its own bound, and a rerun does no new
+    inference."""
+    from longeval.adaptive_run import run_rounds
+    from longeval.models import resolve_model_path
+    from longeval.pipeline import run
+
+    cfg = _cfg(tmp_path, "suite.adaptive_target=suite")
+    result = run(cfg)
+    cells = result.adaptive["adaptive"].to_pylist()
+    by_length: dict[int, set[int]] = {}
+    for c in cells:
+        by_length.setdefault(c["target_length"], set()).add(c["instances"])
+    assert all(len(counts) == 1 and 0 < min(counts) < 12 for counts in by_length.values()), cells
+    lengths = {(r["scope"], r["name"]): r for r in result.adaptive["adaptive_lengths"].to_pylist()}
+    suite = lengths[("group", "all")]
+    assert suite["decided"] and suite["effective_length"] is None and suite["bound"] == "group mean"
+    assert lengths[("task", "ruler/vt")]["bound"] == "cells" and result.adaptive["compute"]["target"] == "suite"
+    root = RunRoot(cfg.run_root)
+    before = root.read_stage("predictions", PREDICTION_SCHEMA).num_rows
+    assert run_rounds(cfg, root, str(resolve_model_path(cfg.model.path))) == 0
+    assert root.read_stage("predictions", PREDICTION_SCHEMA).num_rows == before
