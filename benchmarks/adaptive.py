@@ -6,6 +6,7 @@ Run from the repository root:
     .venv/bin/python benchmarks/adaptive.py                        # the synthetic profiles, rounds of 10
     .venv/bin/python benchmarks/adaptive.py --round 25             # rounds of a full sweep's shard
     .venv/bin/python benchmarks/adaptive.py --root runs/my-full-run
+    .venv/bin/python benchmarks/adaptive.py --suite --replays 200 --task-replays 20   # suite targets (issue #25)
 
 Each replay shuffles every (task, length) cell's instances, then runs the procedure of an adaptive run: a round of
 `--round` instances for every undecided cell (10: an adaptive run's default shard), decisions from the confidence
@@ -18,7 +19,9 @@ synthetic profiles the share of GPU-hours (longeval.cost: Llama-3.1-8B on an A10
 cells dearer per token). Tokens are target_length x instances for the synthetic profiles, and each instance's input
 + output tokens for a run root. Targets (printed, not asserted): >= 95 % same effective length for <= 10 % of the
 tokens on profiles not near the threshold; near it, flagged or undecided rather than wrong. `--per-cell` spends
-alpha per cell instead of splitting it over a task's lengths (Settings.per_task).
+alpha per cell instead of splitting it over a task's lengths (Settings.per_task). `--suite`: the suite's effective
+length on suite curves of 13 tasks with per-task spread, decided per cell (today's run) and on the suite's mean
+(`suite.adaptive_target=suite`), with the pooled oracle floor and the ratio to it (`suite_main`).
 """
 
 from __future__ import annotations
