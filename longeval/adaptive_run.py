@@ -220,9 +220,16 @@ LENGTH_SCHEMA = pa.schema([
     ("scope", pa.string()), ("name", pa.string()), ("effective_length", pa.int64()),
     ("effective_length_low", pa.int64()), ("effective_length_high", pa.int64()), ("decided", pa.bool_()),
     ("near_threshold", pa.bool_()), ("noise_low", pa.int64()), ("noise_high", pa.int64()), ("bound", pa.string())])
-"""`bound`: what decided the row: `cells` (a task's own cells), `member bounds` (a group's interval averages its
-members' bounds, each at alpha / members: `suite.adaptive_target=tasks`) or `group mean` (the anytime bound on
-the stratified mean of the members, longeval.adaptive.stratified_bound: `groups`, `suite`)."""
+"""`bound` (both tables): what decided the row: `cells` (a task's own cells), `member bounds` (a group's interval
+averages its members' bounds, each at alpha / members: `suite.adaptive_target=tasks`) or `group mean` (the anytime
+bound on the stratified mean of the members, longeval.adaptive.stratified_bound: `groups`, `suite`)."""
+GROUP_SCHEMA = pa.schema([
+    ("group", pa.string()), ("target_length", pa.int64()), ("members", pa.int64()), ("columns", pa.int64()),
+    ("score", pa.float64()), ("ci_low", pa.float64()), ("ci_high", pa.float64()), ("decision", pa.string()),
+    ("near_threshold", pa.bool_()), ("bound", pa.string())])
+"""Per group and length: the group's score (the mean of its tasks) with its interval in points and decision.
+`columns`: draws per member that entered a `group mean` bound (the fewest any member has; null for `member
+bounds`)."""
 
 
 def _stopped_by(s: CellState, cap: int, target: str = "tasks") -> str:
@@ -269,13 +276,20 @@ def adaptive_tables(cfg: Config, root: RunRoot, scores: pa.Table | None = None) 
     groups["all"] = sorted({s.task for s in states})
     scores = _planned_scores(plan, cells)
     on_mean = cfg.suite.adaptive_target != "tasks"  # members sampled in equal rounds: the group mean's own bound
+    bound = "group mean" if on_mean else "member bounds"
+    group_rows = []
     for name, tasks in groups.items():
         member = {k: v for k, v in scores.items() if k[0] in tasks}
         if on_mean:
-            _, eff = assess_group(member, tasks, settings)
+            per_length, eff = assess_group(member, tasks, settings)
         else:
-            _, eff = group_effective_length(member, [s for s in states if s.task in tasks], settings)
-        lengths.append(_length_row("group", name, eff, "group mean" if on_mean else "member bounds"))
+            per_length, eff = group_effective_length(member, [s for s in states if s.task in tasks], settings)
+        lengths.append(_length_row("group", name, eff, bound))
+        for g in per_length:
+            group_rows.append({"group": name, "target_length": g.length, "members": len(tasks),
+                               "columns": getattr(g, "n", None), "score": None if g.mean is None else 100 * g.mean,
+                               "ci_low": 100 * g.low, "ci_high": 100 * g.high, "decision": g.decision,
+                               "near_threshold": getattr(g, "near_threshold", False), "bound": bound})
     spent = sum(r["tokens"] for r in rows)
     full_est = sum(r["full_tokens_est"] for r in rows)
     compute = {"instances": sum(r["instances"] for r in rows), "full_instances": sum(r["cap"] for r in rows),
@@ -291,7 +305,9 @@ def adaptive_tables(cfg: Config, root: RunRoot, scores: pa.Table | None = None) 
         compute.update(gpu=hours[0], gpu_hours=spent_h, full_gpu_hours_est=full_h,
                        gpu_hours_share=spent_h / full_h if full_h else None)
     return {"adaptive": pa.Table.from_pylist(rows, schema=CELL_SCHEMA),
-            "adaptive_lengths": pa.Table.from_pylist(lengths, schema=LENGTH_SCHEMA), "compute": compute}
+            "adaptive_lengths": pa.Table.from_pylist(lengths, schema=LENGTH_SCHEMA),
+            "adaptive_groups": pa.Table.from_pylist(group_rows, schema=GROUP_SCHEMA), "compute": compute}
+
 
 
 def _length_row(scope: str, name: str, eff, bound: str) -> dict:
@@ -306,12 +322,13 @@ def write_adaptive(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -
     import pyarrow.csv as pacsv
 
     tables = adaptive_tables(cfg, root, scores)
-    for name in ("adaptive", "adaptive_lengths"):
+    for name in ("adaptive", "adaptive_lengths", "adaptive_groups"):
         root.write_table("summary", name, tables[name])
         sink = pa.BufferOutputStream()
         pacsv.write_csv(tables[name], sink)
         root.write_text(f"summary/{name}.csv", sink.getvalue().to_pybytes().decode("utf-8"))
     root.write_json("adaptive.json", {"cells": tables["adaptive"].to_pylist(),
                                       "effective_lengths": tables["adaptive_lengths"].to_pylist(),
+                                      "groups": tables["adaptive_groups"].to_pylist(),
                                       "compute": tables["compute"]})
     return tables

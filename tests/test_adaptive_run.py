@@ -142,6 +142,14 @@ def test_terminal_view_shows_decisions_intervals_and_compute():
          "noise_high": 4096, "bound": "group mean"}], schema=LENGTH_SCHEMA)
     compute = {"instances": 550, "full_instances": 1000, "tokens": 2000, "full_tokens_est": 40000,
                "token_share": 0.05, "cells": 2, "decided_early": 1, "confidence": 0.95}
+    from longeval.adaptive_run import GROUP_SCHEMA
+
+    group = {"group": "all", "members": 2, "near_threshold": False, "bound": "group mean"}
+    groups = pa.Table.from_pylist([
+        {**group, "target_length": 4096, "columns": 50, "score": 93.0, "ci_low": 87.5, "ci_high": 98.0,
+         "decision": "above"},
+        {**group, "target_length": 8192, "columns": 0, "score": None, "ci_low": 0.0, "ci_high": 100.0,
+         "decision": "undecided"}], schema=GROUP_SCHEMA)
     from longeval.tracking import summary_metrics
 
     tasks = pa.Table.from_pylist([{"model_id": "m", "family": "ruler", "task": "niah_single_1", "target_length": 4096,
@@ -152,9 +160,13 @@ def test_terminal_view_shows_decisions_intervals_and_compute():
     logged = [k for k in metrics if k.startswith("adaptive/effective_length")]
     assert logged == ["adaptive/effective_length/group/all"]  # undecided or near the threshold: not as a number
     assert metrics["adaptive/effective_length/group/all"] == 4096
+    assert metrics["adaptive/effective_range/all/low"] == metrics["adaptive/effective_range/all/high"] == 4096
+    assert not any(k.startswith("adaptive/effective_range/ruler") for k in metrics)  # tasks: not on a group mean
     console = Console(record=True, width=200)
-    console.print(render_adaptive(cells, lengths, compute))
+    console.print(render_adaptive(cells, lengths, compute, groups))
     text = console.export_text()
+    assert "group all on its mean (score [interval], points): 4K 93.0 [87.5, 98.0] above · 8K – undecided" in \
+        " ".join(text.split())
     assert "above 50*" in text and "open 500" in text
     assert "undecided, between 4K and 8K" in text and "(5.0 %)" in text
     assert "above 500~" in text and "group all: 4K [group mean]" in " ".join(text.split())
@@ -220,6 +232,9 @@ def test_a_suite_target_run_decides_the_suites_effective_length_and_resumes(tmp_
     suite = lengths[("group", "all")]
     assert suite["decided"] and suite["effective_length"] is None and suite["bound"] == "group mean"
     assert lengths[("task", "ruler/vt")]["bound"] == "cells" and result.adaptive["compute"]["target"] == "suite"
+    rows = [g for g in result.adaptive["adaptive_groups"].to_pylist() if g["group"] == "all"]
+    assert [g["decision"] for g in rows] == ["below", "below"] and all(g["ci_high"] < 85.6 for g in rows)
+    assert RunRoot(cfg.run_root).exists("summary/adaptive_groups.csv")
     root = RunRoot(cfg.run_root)
     before = root.read_stage("predictions", PREDICTION_SCHEMA).num_rows
     assert run_rounds(cfg, root, str(resolve_model_path(cfg.model.path))) == 0
