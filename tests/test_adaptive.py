@@ -366,3 +366,15 @@ def test_a_shorter_length_waits_while_a_longer_one_looks_above():
     assert next_group_round(looks_above, {"g": tasks}, settings) == {("t/a", 2): 10, ("t/b", 2): 10}
     looks_below = {**looks_above, ("t/a", 2): np.r_[np.ones(7), np.zeros(3)], ("t/b", 2): np.r_[np.ones(9), 0.0]}
     assert next_group_round(looks_below, {"g": tasks}, settings) == {(t, n): 10 for t in tasks for n in (1, 2)}
+
+
+def test_a_task_in_two_groups_gets_the_larger_round_and_groups_use_the_fewest_draws():
+    """`groups`: a task in its skill group and in `all` is brought to what either group needs; `all` counts its
+    columns up to the fewest draws any member has, so the extra draws wait (and the bound stays valid)."""
+    settings = Settings(threshold=0.856, alpha=ALPHA, round_size=10, cap=100)
+    cells = {("t/a", 1): np.ones(20), ("t/b", 1): np.ones(20), ("t/c", 1): np.r_[np.ones(5), np.zeros(5)]}
+    want = next_group_round(cells, {"ab": ["t/a", "t/b"], "all": ["t/a", "t/b", "t/c"]}, settings)
+    assert want[("t/c", 1)] == 10  # all: 10 columns so far, brought to 20
+    assert want[("t/a", 1)] == want[("t/b", 1)] == 10  # ab: 20 columns, brought to 30 (all asks for none)
+    states, _ = assess_group(cells, ["t/a", "t/b", "t/c"], settings)
+    assert states[0].n == 10
