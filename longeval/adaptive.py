@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 
 import numpy as np
@@ -59,8 +59,10 @@ __all__ = [
     "UNDECIDED",
     "CellState",
     "EffectiveLength",
+    "GroupState",
     "Settings",
     "assess",
+    "assess_group",
     "bound",
     "crossed",
     "side",
@@ -69,7 +71,12 @@ __all__ = [
     "interval",
     "near_threshold",
     "log_capital",
+    "next_group_round",
     "next_round",
+    "stratified_bound",
+    "stratified_columns",
+    "stratified_interval",
+    "stratified_side",
 ]
 
 ABOVE = "above"
@@ -406,3 +413,136 @@ def _mean_interval(members: Sequence[np.ndarray], *, alpha: float, population: i
 
 def _decide(low: float, high: float, threshold: float) -> str:
     return ABOVE if low > threshold else BELOW if high < threshold else UNDECIDED
+
+
+# -- Group targets: one confidence sequence for the stratified mean of a group's tasks ------------------------------
+
+def stratified_columns(members: Sequence[Sequence[float] | np.ndarray]) -> np.ndarray:
+    """The column averages z_j = (1/k) sum_t x_{t,j} of k member tasks' j-th draws, j up to the fewest draws any
+    member has (later draws of the others wait for theirs). Accepts (..., k, n) arrays as well (replays)."""
+    if isinstance(members, np.ndarray):
+        return _scores(members).mean(axis=-2)
+    if not members:
+        raise ValueError("a group needs at least one member task")
+    n = min(len(m) for m in members)
+    return _scores(np.stack([np.asarray(m, dtype=np.float64)[:n] for m in members])).mean(axis=0)
+
+
+def stratified_side(members: Sequence[Sequence[float] | np.ndarray], m: float, *, alpha: float,
+                    population: int | None = None) -> int:
+    """`side` for the stratified mean (1/k) sum_t mu_t of k member tasks, each drawn in its own uniformly random
+    order without replacement from `population` instances, bet on the column averages (`stratified_bound`)."""
+    return side(stratified_columns(members), m, alpha=alpha, population=population)
+
+
+def stratified_bound(members: Sequence[Sequence[float] | np.ndarray], *, alpha: float, side: int,
+                     population: int | None = None) -> float:
+    """Lower (`UP`) or upper (`DOWN`) anytime bound for the stratified mean of a group's tasks at one length, the
+    group's full-sweep score (the mean of its tasks' scores, each task weighed equally as RULER's length score).
+
+    Why a single sequence is valid: with every member drawn in equal rounds (the j-th draw of each task, each in
+    its own uniformly random order without replacement from N instances), the conditional mean of the column
+    average z_j given all earlier columns is (1/k) sum_t (N mu_t - S_t) / (N - j + 1) = (N mu - Z_{j-1}) /
+    (N - j + 1), with Z_{j-1} = z_1 + ... + z_{j-1}: linear in the task means, so it depends on them only
+    through their average mu. That is exactly the null mean of Waudby-Smith & Ramdas's without-replacement
+    betting sequence (NeurIPS 2020) for the stream z_1, z_2, ... in [0, 1] with population N and mean mu, so the
+    bettor's capital against any m >= mu is a nonnegative supermartingale and Ville's inequality gives
+    P(some j: bound wrong) <= alpha, however the per-task split of mu lies. Per-task spread does not enter the
+    column averages' noise (stratification), which is why the bound is far tighter than the average of k member
+    bounds at alpha / k. Needs equal populations and uses equal draw counts; the general case (unequal strata or
+    allocations) is a union-intersection test over the strata means (Spertus & Stark, "Sweeter than SUITE",
+    E-Vote-ID 2022), not needed here."""
+    return bound(stratified_columns(members), alpha=alpha, side=side, population=population)
+
+
+def stratified_interval(members: Sequence[Sequence[float] | np.ndarray], *, alpha: float,
+                        population: int | None = None) -> tuple[float, float]:
+    """(lower, upper) `stratified_bound`s, each at 1 - alpha; the known mean twice once every member is complete."""
+    z = stratified_columns(members)
+    if population is not None and len(z) == population:
+        return float(z.mean()), float(z.mean())
+    return interval(z, alpha=alpha, population=population)
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """One length of a group decided on its stratified mean (`assess_group`)."""
+
+    length: int
+    decision: str
+    """ABOVE / BELOW by the stratified bounds (or the exact mean at the cap), else UNDECIDED."""
+    n: int
+    """Columns: draws per member task that enter the bound (the fewest any member has)."""
+    mean: float | None
+    low: float
+    high: float
+    needed: bool
+    """Could still change the group's effective length: undecided, below the cap, and no longer length is
+    confidently above (RULER counts the largest length above the threshold, so a shorter one cannot move it)."""
+    near_threshold: bool = False
+
+
+def assess_group(cells: Mapping[tuple[str, int], Sequence[float]], tasks: Collection[str], settings: Settings,
+                 ) -> tuple[list[GroupState], EffectiveLength]:
+    """A group's decisions per length on its stratified mean, and its effective length.
+
+    alpha is split over the group's lengths (Settings.per_task), so the group's effective length is the full
+    sweep's with probability >= 1 - alpha. No monotonicity is assumed: a length above a confidently failed one
+    is sampled until decided like any other (pooled over the members, a length far below decides in a round or
+    two). The one use of the length structure is sound under RULER's definition: once a length is confidently
+    above, the shorter lengths cannot change the answer and are no longer sampled."""
+    tasks = sorted(tasks)
+    lengths = sorted({n for t, n in cells if t in tasks})
+    alpha = settings.cell_alpha(len(lengths)) if lengths else settings.alpha
+    base = []
+    for length in lengths:
+        members = [np.asarray(cells.get((t, length), ()), dtype=np.float64) for t in tasks]
+        population = settings.population(length)
+        z = stratified_columns(members)
+        if len(z) == 0:
+            low, high, decision, mean = 0.0, 1.0, UNDECIDED, None
+        else:
+            mean = float(z.mean())
+            if population is not None and len(z) == population:
+                low = high = mean
+                decision = ABOVE if mean > settings.threshold else BELOW
+            else:
+                low, high = (interval(z, alpha=alpha, population=population) if settings.intervals
+                             else (math.nan, math.nan))
+                decision = {1: ABOVE, -1: BELOW, 0: UNDECIDED}[side(z, settings.threshold, alpha=alpha,
+                                                                    population=population)]
+        near = decision in (ABOVE, BELOW) and near_threshold([m[:len(z)] for m in members],
+                                                              settings.cap_for(length), settings)
+        base.append((length, len(z), mean, low, high, decision, near))
+    longest_above = max((b[0] for b in base if b[5] == ABOVE), default=0)
+    states = [GroupState(length=length, n=n, mean=mean, low=low, high=high, decision=decision,
+                         needed=decision == UNDECIDED and n < settings.cap_for(length) and length > longest_above,
+                         near_threshold=near)
+              for length, n, mean, low, high, decision, near in base]
+    # an undecided length shorter than one confidently above moves neither edge (both take the largest length)
+    return states, effective_length({s.length: s.decision for s in states},
+                                    {s.length for s in states if s.near_threshold})
+
+
+def next_group_round(cells: Mapping[tuple[str, int], Sequence[float]], groups: Mapping[str, Collection[str]],
+                     settings: Settings) -> dict[tuple[str, int], int]:
+    """New instances per (task, length) so that every group's needed lengths gain one round of columns: each member
+    is brought to (columns so far + round_size), never past the cap. A task in several groups gets the most any of
+    them asks for.
+
+    Allocation goes to the lengths that decide the answer: a needed length waits while a longer needed one looks
+    above (its mean so far exceeds the threshold), since if that one is decided above, the shorter cannot move
+    the effective length. This only orders the sampling; every decision is still taken by its own bound."""
+    want: dict[tuple[str, int], int] = {}
+    for tasks in groups.values():
+        states, _ = assess_group(cells, tasks, replace(settings, intervals=False))
+        for s in states:
+            if not s.needed or any(o.needed and o.length > s.length and o.mean is not None
+                                   and o.mean > settings.threshold for o in states):
+                continue
+            target = min(settings.cap_for(s.length), s.n + settings.round_size)
+            for t in tasks:
+                have = len(cells.get((t, s.length), ()))
+                if target > have:
+                    want[(t, s.length)] = max(want.get((t, s.length), 0), target - have)
+    return want

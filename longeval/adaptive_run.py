@@ -24,8 +24,10 @@ from longeval.adaptive import (
     CellState,
     Settings,
     assess,
+    assess_group,
     effective_length,
     group_effective_length,
+    next_group_round,
     next_round,
 )
 from longeval.capacity import find_model_arch
@@ -42,7 +44,8 @@ from longeval.tasks import skill_group
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Cell", "adaptive_tables", "read_cells", "round_shards", "run_rounds", "settings_for", "write_adaptive"]
+__all__ = ["Cell", "adaptive_tables", "read_cells", "round_shards", "run_rounds", "settings_for", "target_groups",
+           "write_adaptive"]
 
 
 @dataclass(frozen=True)
@@ -126,18 +129,43 @@ def gpu_hours(cfg: Config, cells: Mapping[tuple[str, int], Cell]) -> tuple[str, 
     return gpu, out
 
 
-def _states(cfg: Config, plan: Plan, cells: Mapping[tuple[str, int], Cell]) -> list[CellState]:
-    planned = {(s.task, s.target_length) for s in plan.shards}
+def _planned_scores(plan: Plan, cells: Mapping[tuple[str, int], Cell]) -> dict[tuple[str, int], np.ndarray]:
     empty = np.zeros(0)
-    return assess({k: cells[k].scores if k in cells else empty for k in planned}, settings_for(cfg))
+    return {k: cells[k].scores if k in cells else empty for k in {(s.task, s.target_length) for s in plan.shards}}
 
 
-def round_shards(cfg: Config, states: list[CellState], plan: Plan | None = None) -> list[ShardSpec]:
-    """The next round's shards, the full sweep's own (`plan`): for every open cell, the shards holding the
+def _states(cfg: Config, plan: Plan, cells: Mapping[tuple[str, int], Cell]) -> list[CellState]:
+    return assess(_planned_scores(plan, cells), settings_for(cfg))
+
+
+def target_groups(cfg: Config, tasks: list[str] | set[str]) -> dict[str, list[str]]:
+    """The groups `suite.adaptive_target` decides on their mean: none (`tasks`), the suite as one group `all`
+    (`suite`), or every skill group and the suite (`groups`)."""
+    tasks = sorted(tasks)
+    if cfg.suite.adaptive_target == "tasks":
+        return {}
+    groups: dict[str, list[str]] = {}
+    if cfg.suite.adaptive_target == "groups":
+        for task in tasks:
+            groups.setdefault(skill_group(task), []).append(task)
+    groups["all"] = tasks
+    return groups
+
+
+def round_shards(cfg: Config, states: list[CellState], plan: Plan | None = None,
+                 cells: Mapping[tuple[str, int], Cell] | None = None) -> list[ShardSpec]:
+    """The next round's shards, the full sweep's own (`plan`): for every open cell (`suite.adaptive_target=tasks`)
+    or every member cell of a group's needed length (`groups`, `suite`: needs `cells`), the shards holding the
     positions after its `n` scored instances."""
     plan = plan or make_plan(cfg, check_data=False)
+    settings = settings_for(cfg)
+    if cfg.suite.adaptive_target == "tasks":
+        extras = next_round(states, settings)
+    else:
+        extras = next_group_round(_planned_scores(plan, cells or {}),
+                                  target_groups(cfg, {s.task for s in states}), settings)
     wanted = {}
-    for (task, length), extra in next_round(states, settings_for(cfg)).items():
+    for (task, length), extra in extras.items():
         n = next(s.n for s in states if (s.task, s.length) == (task, length))
         wanted[(task, length)] = (n, n + extra)
     return [s for s in plan.shards if (s.task, s.target_length) in wanted
@@ -145,7 +173,9 @@ def round_shards(cfg: Config, states: list[CellState], plan: Plan | None = None)
 
 
 def run_rounds(cfg: Config, root: RunRoot, model_path: str, progress=None, *, keep_engines: bool = True) -> int:
-    """Rounds until every cell is decided, capped or stopped by the confirmation rule; returns rounds run now.
+    """Rounds until every cell is decided, capped or stopped by the confirmation rule (with
+    `suite.adaptive_target` groups or suite: until every targeted group's effective length is decided); returns
+    rounds run now.
 
     The engines stay up from round to round (`stages.infer.Engines`), sized once from the suite's plan;
     `keep_engines=False` starts them anew every round (the baseline of `benchmarks/adaptive_engines.py`).
@@ -158,8 +188,9 @@ def run_rounds(cfg: Config, root: RunRoot, model_path: str, progress=None, *, ke
         infer(cfg, Plan(shards=(), pools=full.pools), root, model_path, progress, engines=engines)
         rounds = 0
         while True:
-            states = _states(cfg, full, read_cells(root, score(cfg, root), plan=full))
-            shards = round_shards(cfg, states, full)
+            cells = read_cells(root, score(cfg, root), plan=full)
+            states = _states(cfg, full, cells)
+            shards = round_shards(cfg, states, full, cells)
             if not shards:
                 log.info("adaptive: every cell decided or capped after %d new round(s); %d engine start(s)", rounds,
                          engines.started)
@@ -188,15 +219,27 @@ CELL_SCHEMA = pa.schema([
 LENGTH_SCHEMA = pa.schema([
     ("scope", pa.string()), ("name", pa.string()), ("effective_length", pa.int64()),
     ("effective_length_low", pa.int64()), ("effective_length_high", pa.int64()), ("decided", pa.bool_()),
-    ("near_threshold", pa.bool_()), ("noise_low", pa.int64()), ("noise_high", pa.int64())])
+    ("near_threshold", pa.bool_()), ("noise_low", pa.int64()), ("noise_high", pa.int64()), ("bound", pa.string())])
+"""`bound` (both tables): what decided the row: `cells` (a task's own cells), `member bounds` (a group's interval
+averages its members' bounds, each at alpha / members: `suite.adaptive_target=tasks`) or `group mean` (the anytime
+bound on the stratified mean of the members, longeval.adaptive.stratified_bound: `groups`, `suite`)."""
+GROUP_SCHEMA = pa.schema([
+    ("group", pa.string()), ("target_length", pa.int64()), ("members", pa.int64()), ("columns", pa.int64()),
+    ("score", pa.float64()), ("ci_low", pa.float64()), ("ci_high", pa.float64()), ("decision", pa.string()),
+    ("near_threshold", pa.bool_()), ("bound", pa.string())])
+"""Per group and length: the group's score (the mean of its tasks) with its interval in points and decision.
+`columns`: draws per member that entered a `group mean` bound (the fewest any member has; null for `member
+bounds`)."""
 
 
-def _stopped_by(s: CellState, cap: int) -> str:
+def _stopped_by(s: CellState, cap: int, target: str = "tasks") -> str:
     if s.decision in (ABOVE, BELOW) and s.early:
         return "interval"
     if s.decision == "presumed_below":
         return "confirmation"
-    return "cap" if s.n >= cap else ""
+    if s.n >= cap:
+        return "cap"
+    return "" if target == "tasks" else "group"  # sampled for its group's mean, which decided without it
 
 
 def adaptive_tables(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> dict[str, pa.Table | dict]:
@@ -216,7 +259,7 @@ def adaptive_tables(cfg: Config, root: RunRoot, scores: pa.Table | None = None) 
         cell_hours = hours[1].get((s.task, s.length)) if hours and cell is not None and s.n else None
         rows.append({"task": s.task, "target_length": s.length, "skill_group": skill_group(s.task),
                      "instances": s.n, "cap": caps[s.length], "decision": s.decision, "decided_early": s.early,
-                     "stopped_by": _stopped_by(s, caps[s.length]),
+                     "stopped_by": _stopped_by(s, caps[s.length], cfg.suite.adaptive_target),
                      "score": None if s.mean is None else 100 * s.mean, "ci_low": 100 * s.low,
                      "ci_high": 100 * s.high, "beats_shorter": s.beats_shorter,
                      "near_threshold": s.near_threshold, "tokens": int(spent),
@@ -226,24 +269,35 @@ def adaptive_tables(cfg: Config, root: RunRoot, scores: pa.Table | None = None) 
     for task in sorted({s.task for s in states}):
         mine = [s for s in states if s.task == task]
         eff = effective_length({s.length: s.decision for s in mine}, {s.length for s in mine if s.near_threshold})
-        lengths.append(_length_row("task", task, eff))
+        lengths.append(_length_row("task", task, eff, "cells"))
     groups: dict[str, list[str]] = {}
     for task in sorted({s.task for s in states}):
         groups.setdefault(skill_group(task), []).append(task)
     groups["all"] = sorted({s.task for s in states})
-    empty = np.zeros(0)
+    scores = _planned_scores(plan, cells)
+    on_mean = cfg.suite.adaptive_target != "tasks"  # members sampled in equal rounds: the group mean's own bound
+    bound = "group mean" if on_mean else "member bounds"
+    group_rows = []
     for name, tasks in groups.items():
-        member = {(s.task, s.length): cells[(s.task, s.length)].scores if (s.task, s.length) in cells else empty
-                  for s in states if s.task in tasks}
-        _, eff = group_effective_length(member, [s for s in states if s.task in tasks], settings)
-        lengths.append(_length_row("group", name, eff))
+        member = {k: v for k, v in scores.items() if k[0] in tasks}
+        if on_mean:
+            per_length, eff = assess_group(member, tasks, settings)
+        else:
+            per_length, eff = group_effective_length(member, [s for s in states if s.task in tasks], settings)
+        lengths.append(_length_row("group", name, eff, bound))
+        for g in per_length:
+            group_rows.append({"group": name, "target_length": g.length, "members": len(tasks),
+                               "columns": getattr(g, "n", None), "score": None if g.mean is None else 100 * g.mean,
+                               "ci_low": 100 * g.low, "ci_high": 100 * g.high, "decision": g.decision,
+                               "near_threshold": getattr(g, "near_threshold", False), "bound": bound})
     spent = sum(r["tokens"] for r in rows)
     full_est = sum(r["full_tokens_est"] for r in rows)
     compute = {"instances": sum(r["instances"] for r in rows), "full_instances": sum(r["cap"] for r in rows),
                "tokens": spent, "full_tokens_est": full_est,
                "token_share": spent / full_est if full_est else None,
                "cells": len(rows), "decided_early": sum(r["decided_early"] for r in rows),
-               "confidence": cfg.suite.adaptive_confidence, "round_instances": settings.round_size}
+               "confidence": cfg.suite.adaptive_confidence, "round_instances": settings.round_size,
+               "target": cfg.suite.adaptive_target}
     if hours is not None:
         # A cell with no instance yet has no per-instance estimate: it counts 0 both ways.
         spent_h = sum(r["gpu_hours"] or 0.0 for r in rows)
@@ -251,14 +305,16 @@ def adaptive_tables(cfg: Config, root: RunRoot, scores: pa.Table | None = None) 
         compute.update(gpu=hours[0], gpu_hours=spent_h, full_gpu_hours_est=full_h,
                        gpu_hours_share=spent_h / full_h if full_h else None)
     return {"adaptive": pa.Table.from_pylist(rows, schema=CELL_SCHEMA),
-            "adaptive_lengths": pa.Table.from_pylist(lengths, schema=LENGTH_SCHEMA), "compute": compute}
+            "adaptive_lengths": pa.Table.from_pylist(lengths, schema=LENGTH_SCHEMA),
+            "adaptive_groups": pa.Table.from_pylist(group_rows, schema=GROUP_SCHEMA), "compute": compute}
 
 
-def _length_row(scope: str, name: str, eff) -> dict:
+
+def _length_row(scope: str, name: str, eff, bound: str) -> dict:
     return {"scope": scope, "name": name, "effective_length": eff.value or None if eff.decided else None,
             "effective_length_low": eff.low or None, "effective_length_high": eff.high or None,
             "decided": eff.decided, "near_threshold": eff.near_threshold, "noise_low": eff.noise_low or None,
-            "noise_high": eff.noise_high or None}
+            "noise_high": eff.noise_high or None, "bound": bound}
 
 
 def write_adaptive(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> dict[str, pa.Table | dict]:
@@ -266,12 +322,13 @@ def write_adaptive(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -
     import pyarrow.csv as pacsv
 
     tables = adaptive_tables(cfg, root, scores)
-    for name in ("adaptive", "adaptive_lengths"):
+    for name in ("adaptive", "adaptive_lengths", "adaptive_groups"):
         root.write_table("summary", name, tables[name])
         sink = pa.BufferOutputStream()
         pacsv.write_csv(tables[name], sink)
         root.write_text(f"summary/{name}.csv", sink.getvalue().to_pybytes().decode("utf-8"))
     root.write_json("adaptive.json", {"cells": tables["adaptive"].to_pylist(),
                                       "effective_lengths": tables["adaptive_lengths"].to_pylist(),
+                                      "groups": tables["adaptive_groups"].to_pylist(),
                                       "compute": tables["compute"]})
     return tables

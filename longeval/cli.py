@@ -79,7 +79,7 @@ def _print_results(result) -> None:
         from longeval.report.adaptive import render_adaptive
 
         console.print(render_adaptive(result.adaptive["adaptive"], result.adaptive["adaptive_lengths"],
-                                      result.adaptive["compute"]))
+                                      result.adaptive["compute"], result.adaptive.get("adaptive_groups")))
     if status and not status["complete"]:
         console.print(f"[bold yellow]incomplete run:[/] {status['shards_written']}/{status['shards_planned']} instance "
                       f"shards, {status['predicted']}/{status['instances']} instances predicted "

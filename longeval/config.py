@@ -174,6 +174,7 @@ class DataConfig:
 SHARD_SIZE = 25
 ADAPTIVE_SHARD_SIZE = 10
 """An adaptive run's default round: one shard of 10 per open cell (benchmarks/README.md, `adaptive.py`)."""
+ADAPTIVE_TARGETS = ("tasks", "groups", "suite")
 
 
 @dataclass
@@ -198,6 +199,12 @@ class SuiteConfig:
     docs/adaptive.md)."""
     adaptive_round: int = 1
     """Shards (of `shard_size` instances) each undecided cell gets per adaptive round."""
+    adaptive_target: str = "tasks"
+    """What an adaptive run samples until decided (docs/adaptive.md): `tasks`, every (task, length) cell (each
+    task's effective length); `groups`, each skill group's and the suite's effective length on the group's mean;
+    `suite`, the suite's only (RULER's quoted number: the longest length whose mean over the tasks exceeds the
+    threshold). Default `tasks`: per-task answers, as before; the other two spend far less for the group numbers
+    but leave member cells undecided."""
     shuffle: bool | None = None
     """Lay each (task, length) cell's instances out in a seeded random order, so that a run of consecutive shards
     is a random sample of them (generators cycle some parameters through the index). Unset: on in an adaptive
@@ -722,6 +729,9 @@ def _check(cfg: Config, preset_scopes: frozenset[str] = frozenset()) -> None:
     if cfg.suite.adaptive and not (0 < cfg.suite.adaptive_confidence < 1 and cfg.suite.adaptive_round >= 1):
         raise ConfigError("suite.adaptive_confidence must lie strictly between 0 and 1 (e.g. 0.95) and "
                           "suite.adaptive_round must be at least 1")
+    if cfg.suite.adaptive_target not in ADAPTIVE_TARGETS:
+        raise ConfigError(f"suite.adaptive_target={cfg.suite.adaptive_target!r}; choices: "
+                          f"{', '.join(ADAPTIVE_TARGETS)} (e.g. suite.adaptive_target=suite)")
     for key in ("replicas", "batch_size", "inflight"):
         value = getattr(cfg.cluster, key)
         if value is not None and value < 1:

@@ -108,7 +108,7 @@ INSTANCE_COLUMNS = ("instance_id", "target_length", "depth", "complexity", "inpu
 
 RESULT_TABLES = ("headline", "lengths", "errors",
                  *(t.name for f in FAMILIES.values() for t in f.tables if t.log),
-                 "adaptive", "adaptive_lengths")
+                 "adaptive", "adaptive_lengths", "adaptive_groups")
 """Small summary tables also logged as W&B tables (the per-family views of the report)."""
 
 DEPTH_BIN = 10.0
@@ -235,6 +235,9 @@ def summary_metrics(tables: Mapping[str, pa.Table]) -> dict[str, float]:
     for row in tables["adaptive_lengths"].to_pylist() if "adaptive_lengths" in tables else []:
         if row["decided"] and not row.get("near_threshold"):  # suite.adaptive: firm ones only (0: none passes)
             out[f"adaptive/effective_length/{row['scope']}/{slug(row['name'])}"] = row["effective_length"] or 0
+        if row.get("bound") == "group mean":  # suite.adaptive_target: the range the group's bounds allow (0: none)
+            for edge in ("low", "high"):
+                out[f"adaptive/effective_range/{slug(row['name'])}/{edge}"] = row[f"effective_length_{edge}"] or 0
     if "adaptive" in tables and tables["adaptive"].num_rows:
         cells = tables["adaptive"]
         full = pc.sum(cells["full_tokens_est"]).as_py()

@@ -6,6 +6,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from longeval.adaptive import (
     ABOVE,
@@ -16,13 +19,19 @@ from longeval.adaptive import (
     UP,
     Settings,
     assess,
+    assess_group,
     crossed,
     effective_length,
     group_effective_length,
     interval,
     near_threshold,
+    next_group_round,
     next_round,
     side,
+    stratified_bound,
+    stratified_columns,
+    stratified_interval,
+    stratified_side,
 )
 from longeval.tasks import skill_group
 
@@ -244,3 +253,128 @@ def test_same_scores_give_the_same_decisions():
     rng = np.random.default_rng(5)
     cells = {("t/x", n): (rng.random(75) < p).astype(float) for n, p in ((1, 0.95), (2, 0.8), (4, 0.2))}
     assert assess(cells, S) == assess({k: v.copy() for k, v in reversed(cells.items())}, S)
+
+
+# -- group targets: the stratified-mean confidence sequence ------------------------------------------------------
+
+def _tasks(*ps: float, n: int = 300) -> np.ndarray:
+    """k member tasks at one length, each a full-sweep population of n 0/1 scores with P(1) = p (exactly)."""
+    return np.stack([(np.arange(n) < round(n * p)).astype(float) for p in ps])
+
+
+def _rounds(rng: np.random.Generator, population: np.ndarray, streams: int) -> np.ndarray:
+    """`streams` runs of equal rounds: every member task in its own uniformly random order, (streams, k, n)."""
+    order = np.argsort(rng.random((streams, *population.shape)), axis=-1)
+    return np.take_along_axis(np.broadcast_to(population, order.shape), order, axis=-1)
+
+
+@pytest.mark.parametrize("population", [
+    _tasks(*[0.856] * 13),  # every member on the threshold
+    _tasks(*np.linspace(0.6, 1.0, 13)),  # 40 points of spread between the members
+    np.stack([np.ones(300), np.zeros(300), np.ones(300)]  # members at 100 % and 0 %, 0/1 and partial credit
+             + list(_tasks(0.9, 0.95, 0.85, 0.99, 0.7, 0.97, 0.93)) + [np.repeat([0, .25, .5, .75, 1], 60)] * 3),
+], ids=["on-threshold", "spread-40", "mixed"])
+def test_the_stratified_bound_holds_for_the_group_mean_when_checked_after_every_round(population):
+    """Coverage under optional stopping: 2,000 runs of 13 tasks drawn without replacement in equal rounds, the
+    group's bounds checked after every column; the share whose lower (upper) bound ever passes the group's
+    full-sweep score, the mean of its tasks' scores, stays at or below alpha."""
+    rng = np.random.default_rng(3)
+    z = stratified_columns(_rounds(rng, population, 2000))
+    mean = population.mean()
+    for s in (UP, DOWN):
+        assert crossed(z, mean, alpha=ALPHA, side=s, population=population.shape[1])[:, -1].mean() <= ALPHA
+
+
+def test_a_group_decision_with_its_mean_on_the_threshold_is_rare():
+    """Members 40 points apart whose mean sits on the threshold: each wrong decision in at most alpha of the
+    runs, and the per-task spread does not make the group's bound wander (it is not in the column averages)."""
+    rng = np.random.default_rng(4)
+    population = _tasks(*np.linspace(0.656, 1.0, 10), 0.856, 0.856, 0.756, n=250)
+    population = population[:, :250]
+    threshold = population.mean()
+    runs = _rounds(rng, population, 600)
+    decided = np.array([stratified_side(run, threshold, alpha=ALPHA, population=250) for run in runs])
+    assert (decided == 1).mean() <= ALPHA and (decided == -1).mean() <= ALPHA
+
+
+def test_the_stratified_bound_is_tighter_than_the_average_of_member_bounds():
+    """The question pooled evidence answers early: 13 tasks at 82 to 100 % (mean 91) after 80 draws each. The
+    group bound decides `above`; the average of the members' bounds at alpha / 13 (the per-task route) does not."""
+    rng = np.random.default_rng(5)
+    population = _tasks(*np.linspace(0.82, 1.0, 13), n=500)
+    run = _rounds(rng, population, 1)[0][:, :80]
+    low, high = stratified_interval(run, alpha=ALPHA, population=500)
+    averaged = np.mean([interval(m, alpha=ALPHA / 13, population=500)[0] for m in run])
+    assert low > S.threshold > averaged
+    assert low <= population.mean() <= high
+
+
+def test_stratified_bounds_only_tighten_and_are_exact_at_the_cap():
+    rng = np.random.default_rng(6)
+    population = _tasks(0.7, 0.95, 1.0, n=100)
+    run = _rounds(rng, population, 1)[0]
+    lows = [stratified_bound(run[:, :n], alpha=ALPHA, side=UP, population=100) for n in range(0, 100, 10)]
+    highs = [stratified_bound(run[:, :n], alpha=ALPHA, side=DOWN, population=100) for n in range(0, 100, 10)]
+    assert lows == sorted(lows) and highs == sorted(highs, reverse=True) and lows[0] == 0 and highs[0] == 1
+    assert stratified_interval(run, alpha=ALPHA, population=100) == pytest.approx((population.mean(),) * 2)
+    # unequal counts: the columns stop at the fewest draws
+    assert len(stratified_columns([run[0, :30], run[1, :20], run[2]])) == 20
+
+
+@hsettings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.floats(0, 1), max_size=40), min_size=1, max_size=5), st.floats(0.001, 0.5))
+def test_stratified_bounds_never_raise_and_are_ordered(members, alpha):
+    low, high = stratified_interval(members, alpha=alpha, population=40)
+    assert 0 <= low <= high <= 1
+    assert stratified_side(members, 0.5, alpha=alpha, population=40) in (-1, 0, 1)
+
+
+def test_a_group_is_decided_on_its_mean_and_checks_longer_lengths_instead_of_assuming():
+    """Lengths 1, 2, 4, 8: the group is above at 1, below at 2, above again at 4 (non-monotone), far below at 8.
+    Rounds are run until nothing is needed: 4 is found above (no presumption below 2's failure), so 1 is no
+    longer needed once 4 is decided, and the group's effective length is 4."""
+    rng = np.random.default_rng(8)
+    tasks = [f"t/{i}" for i in range(6)]
+    full = {(t, n): rng.permutation(_tasks(p, n=200)[0])
+            for n, ps in ((1, np.linspace(0.9, 1.0, 6)), (2, np.linspace(0.3, 0.9, 6)), (4, np.linspace(0.95, 1, 6)),
+                          (8, np.linspace(0.0, 0.4, 6)))
+            for t, p in zip(tasks, ps, strict=True)}
+    settings = Settings(threshold=0.856, alpha=ALPHA, round_size=10, cap=200)
+    used = dict.fromkeys(full, 0)
+    for _ in range(30):
+        extra = next_group_round({k: full[k][:used[k]] for k in full}, {"all": tasks}, settings)
+        if not extra:
+            break
+        for key, more in extra.items():
+            used[key] += more
+    states, eff = assess_group({k: full[k][:used[k]] for k in full}, tasks, settings)
+    by = {s.length: s for s in states}
+    assert (by[2].decision, by[4].decision, by[8].decision) == (BELOW, ABOVE, BELOW)
+    assert eff.value == 4 and not any(s.needed for s in states)
+    assert all(used[(t, 8)] == 10 for t in tasks)  # far below: one round of columns
+    assert len({used[(t, 2)] for t in tasks}) == 1  # equal rounds per member
+    assert by[1].n <= by[4].n  # not sampled past the round where 4 was decided
+
+
+def test_a_shorter_length_waits_while_a_longer_one_looks_above():
+    """Allocation only: 2 looks above (mean 0.95, undecided after 10 draws per task), so 1 waits; once 2 looks
+    below, 1 is sampled again. Both members always get the same count (equal rounds)."""
+    settings = Settings(threshold=0.856, alpha=ALPHA, round_size=10, cap=200)
+    tasks = ["t/a", "t/b"]
+    looks_above = {("t/a", 1): np.ones(10), ("t/b", 1): np.ones(10),
+                   ("t/a", 2): np.r_[np.ones(9), 0.0], ("t/b", 2): np.ones(10)}
+    assert next_group_round(looks_above, {"g": tasks}, settings) == {("t/a", 2): 10, ("t/b", 2): 10}
+    looks_below = {**looks_above, ("t/a", 2): np.r_[np.ones(7), np.zeros(3)], ("t/b", 2): np.r_[np.ones(9), 0.0]}
+    assert next_group_round(looks_below, {"g": tasks}, settings) == {(t, n): 10 for t in tasks for n in (1, 2)}
+
+
+def test_a_task_in_two_groups_gets_the_larger_round_and_groups_use_the_fewest_draws():
+    """`groups`: a task in its skill group and in `all` is brought to what either group needs; `all` counts its
+    columns up to the fewest draws any member has, so the extra draws wait (and the bound stays valid)."""
+    settings = Settings(threshold=0.856, alpha=ALPHA, round_size=10, cap=100)
+    cells = {("t/a", 1): np.ones(20), ("t/b", 1): np.ones(20), ("t/c", 1): np.r_[np.ones(5), np.zeros(5)]}
+    want = next_group_round(cells, {"ab": ["t/a", "t/b"], "all": ["t/a", "t/b", "t/c"]}, settings)
+    assert want[("t/c", 1)] == 10  # all: 10 columns so far, brought to 20
+    assert want[("t/a", 1)] == want[("t/b", 1)] == 10  # ab: 20 columns, brought to 30 (all asks for none)
+    states, _ = assess_group(cells, ["t/a", "t/b", "t/c"], settings)
+    assert states[0].n == 10

@@ -38,6 +38,32 @@ def test_round_shards_are_the_full_sweeps_next_shards(tmp_path):
     assert all(full[s.name] == s for s in shards)
 
 
+def test_a_suite_target_samples_every_task_in_equal_rounds_at_the_lengths_that_decide(tmp_path):
+    """`suite.adaptive_target=suite`: 2048 looks above on the tasks' mean (vt's 0.9 and niah's 1.0), so 1024
+    waits; each task gets the same next shards at 2048, including niah's, whose own cell alone would be open
+    too. A vt cell that looks below on its own is sampled no further than the suite's round."""
+    from longeval.adaptive_run import Cell, target_groups
+
+    cfg = _cfg(tmp_path, "suite.samples=40", "suite.shard_size=5", "suite.adaptive_target=suite")
+    scores = {("ruler/niah_single_1", 1024): np.ones(5), ("ruler/vt", 1024): np.zeros(5),
+              ("ruler/niah_single_1", 2048): np.ones(10), ("ruler/vt", 2048): np.r_[np.ones(9), 0.0]}
+    cells = {k: Cell(v, np.ones(len(v)), np.ones(len(v))) for k, v in scores.items()}
+    shards = round_shards(cfg, assess(scores, settings_for(cfg)), make_plan(cfg, check_data=False), cells)
+    assert {s.name for s in shards} == {"ruler.niah_single_1.L2048.s42.00002", "ruler.vt.L2048.s42.00002"}
+    assert target_groups(cfg, {"ruler/vt", "ruler/niah_single_1"}) == {"all": ["ruler/niah_single_1", "ruler/vt"]}
+    groups = target_groups(_cfg(tmp_path, "suite.adaptive_target=groups"), {"ruler/vt", "ruler/niah_single_1"})
+    assert groups == {"retrieval": ["ruler/niah_single_1"], "multi-hop tracking": ["ruler/vt"],
+                      "all": ["ruler/niah_single_1", "ruler/vt"]}
+    assert target_groups(_cfg(tmp_path), {"ruler/vt"}) == {}
+
+
+def test_an_unknown_adaptive_target_is_refused(tmp_path):
+    from longeval.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="choices: tasks, groups, suite"):
+        _cfg(tmp_path, "suite.adaptive_target=cells")
+
+
 def test_stages_of_an_adaptive_run_go_together(tmp_path):
     from longeval.errors import ConfigError
     from longeval.pipeline import run
@@ -113,9 +139,17 @@ def test_terminal_view_shows_decisions_intervals_and_compute():
          "noise_high": 4096},
         {"scope": "group", "name": "all", "effective_length": 4096, "effective_length_low": 4096,
          "effective_length_high": 4096, "decided": True, "near_threshold": False, "noise_low": 4096,
-         "noise_high": 4096}], schema=LENGTH_SCHEMA)
+         "noise_high": 4096, "bound": "group mean"}], schema=LENGTH_SCHEMA)
     compute = {"instances": 550, "full_instances": 1000, "tokens": 2000, "full_tokens_est": 40000,
                "token_share": 0.05, "cells": 2, "decided_early": 1, "confidence": 0.95}
+    from longeval.adaptive_run import GROUP_SCHEMA
+
+    group = {"group": "all", "members": 2, "near_threshold": False, "bound": "group mean"}
+    groups = pa.Table.from_pylist([
+        {**group, "target_length": 4096, "columns": 50, "score": 93.0, "ci_low": 87.5, "ci_high": 98.0,
+         "decision": "above"},
+        {**group, "target_length": 8192, "columns": 0, "score": None, "ci_low": 0.0, "ci_high": 100.0,
+         "decision": "undecided"}], schema=GROUP_SCHEMA)
     from longeval.tracking import summary_metrics
 
     tasks = pa.Table.from_pylist([{"model_id": "m", "family": "ruler", "task": "niah_single_1", "target_length": 4096,
@@ -126,12 +160,16 @@ def test_terminal_view_shows_decisions_intervals_and_compute():
     logged = [k for k in metrics if k.startswith("adaptive/effective_length")]
     assert logged == ["adaptive/effective_length/group/all"]  # undecided or near the threshold: not as a number
     assert metrics["adaptive/effective_length/group/all"] == 4096
+    assert metrics["adaptive/effective_range/all/low"] == metrics["adaptive/effective_range/all/high"] == 4096
+    assert not any(k.startswith("adaptive/effective_range/ruler") for k in metrics)  # tasks: not on a group mean
     console = Console(record=True, width=200)
-    console.print(render_adaptive(cells, lengths, compute))
+    console.print(render_adaptive(cells, lengths, compute, groups))
     text = console.export_text()
+    assert "group all on its mean (score [interval], points): 4K 93.0 [87.5, 98.0] above · 8K – undecided" in \
+        " ".join(text.split())
     assert "above 50*" in text and "open 500" in text
     assert "undecided, between 4K and 8K" in text and "(5.0 %)" in text
-    assert "above 500~" in text and "group all: 4K" in text
+    assert "above 500~" in text and "group all: 4K [group mean]" in " ".join(text.split())
     assert "ruler/vt: undecided near the threshold: a full sweep could give none to 4K (these instances give " \
         "4K)" in text
 
@@ -172,3 +210,32 @@ def test_a_run_killed_mid_round_resumes_without_redoing_work_and_decides_the_sam
     ids = root.read_stage("predictions", PREDICTION_SCHEMA, columns=["instance_id"])["instance_id"].to_pylist()
     assert len(ids) == len(set(ids)) == 8  # every instance inferred once: none lost, none redone
     assert {n: (Path(root.uri) / "instances" / n).stat().st_mtime_ns for n in shards} == shards  # not rewritten
+
+
+@pytest.mark.engine
+def test_a_suite_target_run_decides_the_suites_effective_length_and_resumes(tmp_path, tiny_model_path):
+    """`suite.adaptive_target=suite` on the tiny model (scores 0): every task gets the same shards per length
+    (equal rounds), the suite's mean is decided below at both lengths by its own bound, and a rerun does no new
+    inference."""
+    from longeval.adaptive_run import run_rounds
+    from longeval.models import resolve_model_path
+    from longeval.pipeline import run
+
+    cfg = _cfg(tmp_path, "suite.adaptive_target=suite")
+    result = run(cfg)
+    cells = result.adaptive["adaptive"].to_pylist()
+    by_length: dict[int, set[int]] = {}
+    for c in cells:
+        by_length.setdefault(c["target_length"], set()).add(c["instances"])
+    assert all(len(counts) == 1 and 0 < min(counts) < 12 for counts in by_length.values()), cells
+    lengths = {(r["scope"], r["name"]): r for r in result.adaptive["adaptive_lengths"].to_pylist()}
+    suite = lengths[("group", "all")]
+    assert suite["decided"] and suite["effective_length"] is None and suite["bound"] == "group mean"
+    assert lengths[("task", "ruler/vt")]["bound"] == "cells" and result.adaptive["compute"]["target"] == "suite"
+    rows = [g for g in result.adaptive["adaptive_groups"].to_pylist() if g["group"] == "all"]
+    assert [g["decision"] for g in rows] == ["below", "below"] and all(g["ci_high"] < 85.6 for g in rows)
+    assert RunRoot(cfg.run_root).exists("summary/adaptive_groups.csv")
+    root = RunRoot(cfg.run_root)
+    before = root.read_stage("predictions", PREDICTION_SCHEMA).num_rows
+    assert run_rounds(cfg, root, str(resolve_model_path(cfg.model.path))) == 0
+    assert root.read_stage("predictions", PREDICTION_SCHEMA).num_rows == before

@@ -15,10 +15,12 @@ _MARK = {"above": "[green]above[/]", "below": "[red]below[/]", "undecided": "[ye
          "presumed_below": "[magenta]below?[/]"}
 
 
-def render_adaptive(cells: pa.Table, lengths: pa.Table, compute: dict) -> Group:
+def render_adaptive(cells: pa.Table, lengths: pa.Table, compute: dict, groups: pa.Table | None = None) -> Group:
     """Per task x length: decision and instances spent (`*` decided early, `~` near the threshold, `!` above a
-    failed shorter length); then the effective length per task and skill group with its interval, and the compute
-    against the full sweep. `below?`: stopped by the confirmation rule without a decision."""
+    failed shorter length); then the effective length per task and skill group with its interval (a group decided
+    on its mean's own bound, `suite.adaptive_target`, says `[group mean]`), and the compute against the full
+    sweep. `below?`: stopped by the confirmation rule without a decision. `groups` (`adaptive_groups`): a group
+    decided on its mean also gets its score and interval per length."""
     rows = cells.to_pylist()
     all_lengths = sorted({r["target_length"] for r in rows})
     table = Table(title="adaptive run: decision / instances per cell (* decided early, ~ near the threshold, "
@@ -32,7 +34,8 @@ def render_adaptive(cells: pa.Table, lengths: pa.Table, compute: dict) -> Group:
     for task, cells_of in sorted(by_task.items()):
         table.add_row(task.split("/")[-1], *[
             _cell(cells_of[n]) if n in cells_of else "–" for n in all_lengths])
-    lines = [f"{r['scope']} {r['name']}: {effective_length_text(r)}" for r in lengths.to_pylist()]
+    lines = [f"{r['scope']} {r['name']}: {effective_length_text(r)}"
+             + (" [group mean]" if r.get("bound") == "group mean" else "") for r in lengths.to_pylist()]
     share = compute.get("token_share")
     spent = (f"{compute['instances']:,}/{compute['full_instances']:,} instances, {compute['tokens']:,} tokens of "
              f"~{compute['full_tokens_est']:,} for the full sweep"
@@ -41,7 +44,21 @@ def render_adaptive(cells: pa.Table, lengths: pa.Table, compute: dict) -> Group:
                 f"{compute['gpu']} (longeval.cost's estimate)" if compute.get("gpu_hours") is not None else "")
              + f"; {compute['decided_early']}/{compute['cells']} cells decided early at "
              f"{100 * compute['confidence']:.0f} % confidence")
-    return Group(table, Text("effective length: " + " · ".join(lines)), Text("compute: " + spent))
+    parts = [table, Text("effective length: " + " · ".join(lines))]
+    for name, rows_of in _on_mean(groups).items():
+        parts.append(Text(f"group {name} on its mean (score [interval], points): " + " · ".join(
+            f"{format_length(g['target_length'])} "
+            + ("–" if g["score"] is None else f"{g['score']:.1f} [{g['ci_low']:.1f}, {g['ci_high']:.1f}]")
+            + f" {g['decision']}" + ("~" if g["near_threshold"] else "") for g in rows_of)))
+    return Group(*parts, Text("compute: " + spent))
+
+
+def _on_mean(groups: pa.Table | None) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for g in groups.to_pylist() if groups is not None else []:
+        if g["bound"] == "group mean":
+            out.setdefault(g["group"], []).append(g)
+    return out
 
 
 def effective_length_text(r: dict) -> str:

@@ -546,7 +546,7 @@ def adaptive_section(runs: Sequence[RunData]) -> Section | None:
             low, high = r["effective_length_low"], r["effective_length_high"]
             if r.get("near_threshold"):  # the range a full sweep could give, as the text says
                 low, high = r["noise_low"], r["noise_high"]
-            rows.append(Row([_text(run.label), _text(r["scope"]), _text(r["name"]),
+            rows.append(Row([_text(run.label), _text(r["scope"]), _text(r["name"]), _text(r.get("bound") or ""),
                              Cell(effective_length_text(r), cls="num"),
                              Cell(f"{_length(low) if low else 'none'} – {_length(high) if high else 'none'}",
                                   cls="num")]))
@@ -558,8 +558,10 @@ def adaptive_section(runs: Sequence[RunData]) -> Section | None:
                      caption="Shade: instances spent (% of the cap); ✓ above, ✗ below, ✗? presumed below by the "
                              "confirmation rule, ? undecided; ~ decided within the full sweep's own noise of the "
                              "threshold."),
-        TableBlock(header=["run", "scope", "name", "effective length", "interval"], rows=rows,
-                   caption="Effective length per task and skill group, with the range the intervals allow")
+        TableBlock(header=["run", "scope", "name", "decided by", "effective length", "interval"], rows=rows,
+                   caption="Effective length per task and skill group, with the range the intervals allow; decided "
+                           "by a task's own cells, a group's averaged member bounds, or the bound on the group's "
+                           "mean (suite.adaptive_target, docs/adaptive.md)")
         if rows else None))
 
 

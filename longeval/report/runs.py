@@ -32,7 +32,7 @@ COMMON_SUMMARY_NAMES = ("tasks", "lengths", "headline", "cumulative", "errors", 
 SUMMARY_NAMES = COMMON_SUMMARY_NAMES + tuple(t.name for f in FAMILIES.values() for t in f.tables)
 """The summary tables the summarise stage writes, in the order a report reads them: the common ones, then those
 the families declare."""
-ADAPTIVE_SUMMARY_NAMES = ("adaptive", "adaptive_lengths")
+ADAPTIVE_SUMMARY_NAMES = ("adaptive", "adaptive_lengths", "adaptive_groups")
 """Written besides them by an adaptive run (`longeval.adaptive_run`), read when present."""
 
 _OUTPUT_CHARS = 2000

@@ -195,7 +195,8 @@ def test_the_html_table_gives_a_near_threshold_length_the_range_a_full_sweep_cou
                                    "near_threshold": True}], schema=CELL_SCHEMA)
     lengths = pa.Table.from_pylist([{"scope": "task", "name": "ruler/vt", "effective_length": 4096,
                                      "effective_length_low": 4096, "effective_length_high": 4096, "decided": True,
-                                     "near_threshold": True, "noise_low": None, "noise_high": 4096}],
+                                     "near_threshold": True, "noise_low": None, "noise_high": 4096,
+                                     "bound": "cells"}],
                                    schema=LENGTH_SCHEMA)
     run = RunData(uri="r", label="run", model="m", suite="ruler", claimed_length=None,
                   tables={"adaptive": cells, "adaptive_lengths": lengths})
@@ -204,3 +205,4 @@ def test_the_html_table_gives_a_near_threshold_length_the_range_a_full_sweep_cou
     [row] = table.rows
     texts = [c.text for c in row.cells]
     assert any(t.startswith("undecided near the threshold") for t in texts) and "none – 4K" in texts
+    assert "cells" in texts  # what decided the row
