@@ -565,14 +565,15 @@ def main(argv: list[str] | None = None) -> int:
             raise
         console.print(f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True)  # one line, however long
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        what, code = ("terminated (SIGTERM)", 143) if isinstance(exc, interrupt.Terminated) else ("interrupted", 130)
         if args.command not in WRITES_A_RUN:  # plan, report, compare...: nothing kept, nothing to resume
-            console.print("[bold yellow]interrupted[/]")
-            return 130
+            console.print(f"[bold yellow]{what}[/]")
+            return code
         again = shlex.join(["longeval", *(sys.argv[1:] if argv is None else argv)])
-        console.print(f"[bold yellow]interrupted:[/] finished shards and predictions are kept; resume with the same "
+        console.print(f"[bold yellow]{what}:[/] finished shards and predictions are kept; resume with the same "
                       f"command: {escape(again)}", soft_wrap=True)
-        return 130
+        return code
     return 0
 
 

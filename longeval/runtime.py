@@ -8,6 +8,7 @@ import os
 import socket
 import tempfile
 
+from longeval import interrupt
 from longeval.config import Config
 from longeval.errors import ConfigError, LongevalError
 from longeval.store import RunRoot
@@ -82,6 +83,7 @@ def init_ray(cfg: Config) -> None:
             log.warning("Ray: another Ray runs on this machine (%s); this run started a private local Ray of its "
                         "own (%s). To run on that one instead: cluster.address=%s (or RAY_ADDRESS=%s)",
                         running, _gcs_address(), running, running)
+    interrupt.restore_sigterm()  # ray.init's own handler exits at once: ours ends the run as Ctrl-C does
     # Our own progress bars stand in for Ray Data's; its INFO lines go to Ray's log files, not the terminal
     # (LONGEVAL_LOG=INFO brings them back).
     ctx = ray.data.DataContext.get_current()  # importing ray.data sets up its loggers: adjust them after

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from longeval import interrupt
+from longeval import interrupt, lease
+from longeval.store import RunRoot
 from tests.cli_subprocess import REPO
 
 
@@ -27,6 +28,45 @@ def test_a_swallowed_sigint_is_still_seen():
             interrupt.check()
     assert signal.getsignal(signal.SIGINT) is before
     interrupt.check()  # outside the block the flag is gone: later work in this process is not interrupted
+
+
+def test_sigterm_ends_the_block_as_terminated_even_after_a_library_replaced_its_handler():
+    """`ray.init` installs a SIGTERM handler of its own that calls sys.exit at once; `restore_sigterm` puts ours
+    back, and a SIGTERM then raises `Terminated` (a KeyboardInterrupt: every `finally` runs, the lease is given
+    back)."""
+    before = signal.getsignal(signal.SIGTERM)
+    with interrupt.watch():
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)  # what ray.init does, minus the exit
+        interrupt.restore_sigterm()
+        with pytest.raises(interrupt.Terminated):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises between bytecodes, well before this ends
+        with pytest.raises(interrupt.Terminated):
+            interrupt.check()
+    assert signal.getsignal(signal.SIGTERM) is before
+    interrupt.check()
+
+
+def test_sigterm_gives_the_lease_back_says_how_to_resume_and_exits_143(tmp_path):
+    """What `scancel` and `ray job stop` send: the run ends as for Ctrl-C, and the next run needs no takeover."""
+    argv = ["run", "model=tiny_random", "suite.tasks=[niah_single_2]", "suite.lengths=[4096]", "suite.samples=400",
+            "suite.shard_size=1", "store.cache_instances=false", f"store.root={tmp_path}", "run_name=term"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "longeval.cli", *argv], cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    written = tmp_path / "term" / "instances"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not (written.is_dir() and any(written.glob("*.parquet"))):
+        time.sleep(0.5)
+    assert proc.poll() is None, "the run ended before it could be terminated"
+    proc.send_signal(signal.SIGTERM)  # to the driver alone, as `kill PID` does
+    out, err = proc.communicate(timeout=120)
+    text = " ".join((out + err).split())
+    assert proc.returncode == 143, text
+    assert "terminated (SIGTERM): finished shards and predictions are kept; resume with the same command" in text
+    assert "Traceback" not in text
+    holder = lease.current(RunRoot(str(tmp_path / "term")))
+    assert holder is not None and holder.released
 
 
 @pytest.mark.parametrize("stage", ["instances", pytest.param("predictions", marks=pytest.mark.engine)])
