@@ -33,6 +33,7 @@ from rich.text import Text
 from longeval import interrupt
 from longeval.errors import ConfigError, LongevalError, find_error
 from longeval.models import build_tiny_model, prepare_smollm2, resolve_model_path
+from longeval.redaction import Redactor
 from longeval.text.essays import default_urls, fetch_essays, read_url_list
 
 # A command imports the modules it runs inside its handler: they load pyarrow, OmegaConf, the task registry and
@@ -563,7 +564,8 @@ def main(argv: list[str] | None = None) -> int:
         error = longeval_error(exc)
         if error is None:
             raise
-        console.print(f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True)  # one line, however long
+        text = Redactor.of().text(str(error))  # a URL's user info, a secret-named variable's value
+        console.print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True)  # one line, however long
         return 2
     except KeyboardInterrupt as exc:
         what, code = ("terminated (SIGTERM)", 143) if isinstance(exc, interrupt.Terminated) else ("interrupted", 130)

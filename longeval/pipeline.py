@@ -12,12 +12,13 @@ from collections.abc import Iterable
 
 from longeval import lease, tracking
 from longeval.adaptive_run import run_rounds, write_adaptive
-from longeval.config import Config
+from longeval.config import Config, redactor
 from longeval.errors import ConfigError, DamagedShardError
 from longeval.followup import write_followups
 from longeval.models import resolve_model_path
 from longeval.plan import Plan, make_plan
 from longeval.provenance import _check_same_config, write_provenance
+from longeval.redaction import redacted_logs
 from longeval.runtime import check_shared_storage, init_ray
 from longeval.runtime import unwrap_ray_errors as _unwrap_ray_errors
 from longeval.stages.generate import generate, preflight
@@ -36,11 +37,12 @@ def run(cfg: Config, *, stages: Iterable[str] = STAGES, progress=None) -> RunRes
     """Run `stages` on the config's run root, holding the root's lease (`longeval.lease`): a second run that would
     generate or infer on the same root refuses, one that only scores or reports warns."""
     stages = list(stages)
-    root = RunRoot(cfg.run_root, remember_listings=True)  # stages others write say so (`written_elsewhere`)
-    root.probe()  # a wrong endpoint, bucket or key fails now; later S3 errors are waited out (store.py)
-    with lease.hold(root, cfg.store, command=f"longeval {' '.join(stages)}",
-                    writer=bool({"generate", "infer"} & set(stages))):
-        return _run(cfg, stages, root, progress)
+    with redacted_logs(redactor(cfg)):
+        root = RunRoot(cfg.run_root, remember_listings=True)  # stages others write say so (`written_elsewhere`)
+        root.probe()  # a wrong endpoint, bucket or key fails now; later S3 errors are waited out (store.py)
+        with lease.hold(root, cfg.store, command=f"longeval {' '.join(stages)}",
+                        writer=bool({"generate", "infer"} & set(stages))):
+            return _run(cfg, stages, root, progress)
 
 
 def _run(cfg: Config, stages: list[str], root: RunRoot, progress) -> RunResult:

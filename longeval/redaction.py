@@ -17,13 +17,15 @@ W&B warning. A key the user lists in `public_keys` is none of these.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["HIDDEN", "MIN_SECRET_CHARS", "PUBLIC_ENV", "Redactor", "is_secret_name"]
+__all__ = ["HIDDEN", "MIN_SECRET_CHARS", "PUBLIC_ENV", "Redactor", "is_secret_name", "redacted_logs"]
 
 HIDDEN = "***"
 
@@ -161,3 +163,33 @@ class Redactor:
         if isinstance(obj, str):
             return HIDDEN if obj in self.secrets else self.text(obj)
         return obj
+
+
+class _LogFilter(logging.Filter):
+    """Hides secrets in every record a handler emits: a message that quotes a URL, an error naming a setting."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        super().__init__()
+        self.redactor = redactor
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        hidden = self.redactor.text(message)
+        if hidden != message:
+            record.msg, record.args = hidden, None
+        return True
+
+
+@contextmanager
+def redacted_logs(redactor: Redactor) -> Iterator[None]:
+    """Pass the process's own log lines (the root logger's handlers, where every logger's records end) through
+    `redactor` while the block runs: files and W&B were redacted before, the terminal and a job's log were not."""
+    handlers = list(logging.getLogger().handlers)
+    log_filter = _LogFilter(redactor)
+    for handler in handlers:
+        handler.addFilter(log_filter)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(log_filter)

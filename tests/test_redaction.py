@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
+import logging
+
 import pytest
 import yaml
 
 from longeval.config import load_config, redactor, to_yaml
 from longeval.errors import ConfigError
-from longeval.redaction import HIDDEN, Redactor, is_secret_name
+from longeval.redaction import HIDDEN, Redactor, is_secret_name, redacted_logs
 
 
 @pytest.mark.parametrize("name", ["HF_TOKEN", "DB_PASS", "OPENAI_KEY", "DB_PWD", "auth", "api_key", "x-api-key",
@@ -75,3 +78,23 @@ def test_a_public_key_that_changes_nothing_is_refused():
     with pytest.raises(ConfigError, match="public_keys has 'VLLM_CPU_KVCACHE_SPAC'"):
         load_config(["public_keys=[VLLM_CPU_KVCACHE_SPAC]"])
     load_config(["public_keys=[VLLM_CPU_KVCACHE_SPACE,SORT_KEY]"])
+
+
+def test_the_processs_own_log_lines_are_redacted_while_a_run_holds_the_filter():
+    """A warning that quotes a URL or an error text naming a setting reaches the terminal (and a job's log)
+    without the secret; after the block the handlers are as they were."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    redactor = Redactor.of({"model": {"env": {"DB_PASS": "pl4nted-db-pass"}}}, environ={})
+    log = logging.getLogger("longeval.test_redaction")
+    try:
+        with redacted_logs(redactor):
+            log.warning("cannot reach %s with %s", "https://bob:pl4nted-url@example.invalid/v1", "pl4nted-db-pass")
+        log.warning("after: %s", "pl4nted-db-pass")
+    finally:
+        root.removeHandler(handler)
+    during, after = stream.getvalue().splitlines()
+    assert during == "cannot reach https://***@example.invalid/v1 with ***"
+    assert after == "after: pl4nted-db-pass" and not handler.filters
