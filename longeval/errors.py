@@ -45,7 +45,17 @@ class OutputError(LongevalError):
 
 
 class DamagedShardError(StoreError):
-    """A committed shard whose bytes no longer match its commit record; it has been set aside to be redone."""
+    """A committed shard whose bytes no longer match its commit record; it has been set aside to be redone.
+
+    `found` says what was found and where it went, without advice: a command that redoes the shard itself (a run
+    retrying its stages) says so instead of asking for a rerun."""
+
+    def __init__(self, found: str, advice: str = "rerun the same command (finished work is kept)") -> None:
+        super().__init__(f"{found}; {advice}")
+        self.found, self.advice = found, advice
+
+    def __reduce__(self) -> tuple:  # raised in a Ray worker, it is pickled to reach the driver
+        return type(self), (self.found, self.advice)
 
 
 class LeaseHeldError(StoreError):

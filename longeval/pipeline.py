@@ -112,7 +112,7 @@ def _retry_damaged(fn, *args):
         except DamagedShardError as exc:
             if attempt == DAMAGE_RETRIES:
                 raise
-            log.warning("%s", exc)
+            log.warning("%s; this command writes it again now", exc.found)
     return None
 
 
@@ -129,7 +129,7 @@ def _run_stages(cfg: Config, plan: Plan, root: RunRoot, model_path: str, stages:
         except DamagedShardError as exc:
             if attempt == DAMAGE_RETRIES:
                 raise
-            log.warning("%s", exc)
+            log.warning("%s; this command writes it again now", exc.found)
             root.forget_listings()  # set aside by a replica or a generation actor: list the stages again
             init_ray(cfg)  # redoing the shard needs Ray even when the run looked finished
     return None

@@ -284,7 +284,7 @@ class RunRoot:
         self._removed(self._commit_name(stage, name), self._rel(source))
         return DamagedShardError(
             f"damaged shard {self.path(source)}: {why}. It was set aside as {self.path(target)} and will be "
-            "written again; rerun the same command (finished work is kept)")
+            "written again")
 
     def copy_shard(self, stage: str, name: str, to: RunRoot, to_name: str, *, check: bool = True) -> CopiedShard:
         """Publish this root's finished shard `name` as `to_name` of `stage` under `to`, without decoding or

@@ -89,6 +89,7 @@ def test_a_damaged_shard_is_named_set_aside_and_redone(tmp_path):
     assert again.returncode == 0, text
     assert "Traceback" not in text
     assert f"damaged shard {shard}" in text and "set aside" in text
+    assert "this command writes it again now" in text and "rerun the same command" not in text  # it did, itself
     assert len(list((tmp_path / "d" / "_damaged" / "instances").glob("*.parquet"))) == 1
     assert root.verify("instances") == []  # written again, whole
     assert tasks_table(root) == [("vt", 2)]
