@@ -80,17 +80,22 @@ def _print_results(result) -> None:
 
         console.print(render_adaptive(result.adaptive["adaptive"], result.adaptive["adaptive_lengths"],
                                       result.adaptive["compute"]))
-    if status and not status["complete"]:
-        console.print(f"[bold yellow]incomplete run:[/] {status['shards_written']}/{status['shards_planned']} instance "
-                      f"shards, {status['predicted']}/{status['instances']} instances predicted "
-                      f"({status['engine_errors']} engine errors, {status['not_predicted']} not run yet); the tables "
-                      "above are partial. Rerun the same command to finish: finished work is kept.")
+    consistency = getattr(result, "consistency", None)
+    if consistency is not None and not consistency.complete:
+        console.print(f"[bold yellow]warning:[/] {escape(consistency.one_line(result.root))}", soft_wrap=True)
     console.print(f"results: {result.root}  (summary/*.csv and summary.json, scores/, predictions/, instances/)")
     if result.tracking:
         console.print(result.tracking)
 
 
-def cmd_run(overrides: list[str], stages: tuple[str, ...]) -> None:
+def _exit_code(*partial: bool) -> int:
+    """0 when every report is complete and current, `consistency.PARTIAL_EXIT` when one is partial."""
+    from longeval.consistency import PARTIAL_EXIT
+
+    return PARTIAL_EXIT if any(partial) else 0
+
+
+def cmd_run(overrides: list[str], stages: tuple[str, ...]) -> int:
     from longeval.config import load_config
     from longeval.pipeline import run
 
@@ -108,8 +113,9 @@ def cmd_run(overrides: list[str], stages: tuple[str, ...]) -> None:
         interrupt.check()  # a Ctrl-C that a library swallowed still ends the run as interrupted
     if "report" in stages:
         _print_results(result)
-    else:
-        console.print(f"done: {result.root}")
+        return _exit_code(result.consistency is not None and not result.consistency.complete)
+    console.print(f"done: {result.root}")
+    return 0
 
 
 def cmd_plan(overrides: list[str]) -> None:
@@ -334,16 +340,17 @@ def _is_run_root(arg: str) -> bool:
     return "=" not in arg or arg.startswith(("s3://", "file://"))
 
 
-def cmd_report(args: argparse.Namespace) -> None:
+def cmd_report(args: argparse.Namespace) -> int:
     roots = [a for a in args.overrides if _is_run_root(a)]
     overrides = [a for a in args.overrides if not _is_run_root(a)]
     if roots and overrides:
         raise ConfigError(f"give run roots ({' '.join(roots)}) or Hydra overrides ({' '.join(overrides)}), not both: "
                           "`longeval report RUN_ROOT ... -o report.html` or `longeval report suite=... [-o ...]`")
+    code = 0
     if not roots:
-        cmd_run(overrides, ("report",))
+        code = cmd_run(overrides, ("report",))
         if not args.output:
-            return
+            return code
         from longeval.config import load_config
 
         roots = [load_config(overrides).run_root]
@@ -362,8 +369,12 @@ def cmd_report(args: argparse.Namespace) -> None:
             console.print(f"[yellow]not compared[/] {pair.b} with {pair.a}: {pair.error}")
         else:
             console.print(f"compared {pair.b} with {pair.a}: {pair.comparison.matched.describe()}")
+    for run in result.runs:
+        if run.problem:
+            console.print(f"[bold yellow]warning:[/] {escape(run.problem)}", soft_wrap=True)
     extra = f", per-instance CSVs in {result.data_files[0].parent}" if result.data_files else ""
     console.print(f"report: {result.path} ({len(result.runs)} run(s){extra})")
+    return code or _exit_code(*(bool(run.problem) for run in result.runs))
 
 
 def _probe(roots: list[str]) -> None:
@@ -388,15 +399,16 @@ def _warn_if_written(roots: list[str]) -> None:
             console.print(f"[bold yellow]warning:[/] {escape(warning)}", soft_wrap=True)
 
 
-def cmd_compare(args: argparse.Namespace) -> None:
+def cmd_compare(args: argparse.Namespace) -> int:
     from longeval.compare import compare_scores
-    from longeval.report.runs import load_scores, provenance_pairs
+    from longeval.report.runs import check_run, load_scores, provenance_pairs
     from longeval.report.table import render_comparison
     from longeval.store import RunRoot
 
     _probe([args.a, args.b])
     _warn_if_written([args.a, args.b])
     a, b = RunRoot(args.a).uri, RunRoot(args.b).uri
+    checks = [check_run(RunRoot(uri)) if RunRoot(uri).has("scores", "scores") else None for uri in (a, b)]
     comparison = compare_scores(load_scores(a), load_scores(b), resamples=args.resamples, seed=args.seed,
                                 provenance=provenance_pairs(a, b), names=(a, b))
     console.print(f"A = {a}\nB = {b}\n{comparison.matched.describe()}")
@@ -408,6 +420,10 @@ def cmd_compare(args: argparse.Namespace) -> None:
 
         pacsv.write_csv(comparison.table, args.csv)
         console.print(f"table: {args.csv}")
+    for uri, check in zip((a, b), checks, strict=True):
+        if check is not None and not check.complete:
+            console.print(f"[bold yellow]warning:[/] {escape(check.one_line(uri))}", soft_wrap=True)
+    return _exit_code(*(check is not None and not check.complete for check in checks))
 
 
 def cmd_data(args: argparse.Namespace) -> None:
@@ -557,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=os.environ.get("LONGEVAL_LOG", "WARNING"))
     try:
-        args.func(args)  # each subcommand's handler (set_defaults above)
+        code = args.func(args)  # each subcommand's handler (set_defaults above); None: 0
     except Exception as exc:
         error = longeval_error(exc)
         if error is None:
@@ -572,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[bold yellow]interrupted:[/] finished shards and predictions are kept; resume with the same "
                       f"command: {escape(again)}", soft_wrap=True)
         return 130
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":

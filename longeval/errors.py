@@ -48,6 +48,10 @@ class DamagedShardError(StoreError):
     """A committed shard whose bytes no longer match its commit record; it has been set aside to be redone."""
 
 
+class StaleScoresError(StoreError):
+    """Scores that no longer match their predictions (`longeval.consistency`): a report on them would be wrong."""
+
+
 class LeaseHeldError(StoreError):
     """Another live process holds the run root's lease: two writers would do the same work twice."""
 

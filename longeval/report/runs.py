@@ -8,6 +8,7 @@ the HTML report and the terminal agree. The report reads results; it never runs 
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,15 +19,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from longeval.errors import StoreError
+from longeval.consistency import Consistency, State, check_root
+from longeval.errors import ConfigError, StaleScoresError, StoreError
 from longeval.provenance import COMPARED_SETTINGS, COMPARED_VERSIONS, run_identity
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, ErrorKind
 from longeval.store import RunRoot
 from longeval.tasks import FAMILIES, TASKS
 from longeval.text.corpus import comparable_with_ruler
 
-__all__ = ["SUMMARY_NAMES", "RunData", "family_rows", "has_rows", "instance_rows", "load_run", "load_scores",
-           "provenance_pairs", "slug", "unique_labels"]
+__all__ = ["SUMMARY_NAMES", "RunData", "check_run", "family_rows", "has_rows", "instance_rows", "load_run",
+           "load_scores", "provenance_pairs", "slug", "unique_labels"]
 
 COMMON_SUMMARY_NAMES = ("tasks", "lengths", "headline", "cumulative", "errors", "slices")
 SUMMARY_NAMES = COMMON_SUMMARY_NAMES + tuple(t.name for f in FAMILIES.values() for t in f.tables)
@@ -36,6 +38,8 @@ ADAPTIVE_SUMMARY_NAMES = ("adaptive", "adaptive_lengths")
 """Written besides them by an adaptive run (`longeval.adaptive_run`), read when present."""
 
 _OUTPUT_CHARS = 2000
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,10 @@ class RunData:
     """What a reader must know to compare this run's numbers elsewhere (see `essay_note`)."""
     """True when the summaries were missing and computed (and written) while loading."""
     status: dict[str, Any] | None = None
-    """The run's status.json (`stages.summarise.run_status`): whether every planned instance has its prediction."""
+    """The run's status as checked now (`longeval.consistency`, what status.json holds): whether every planned
+    instance has its prediction and a score from it."""
+    problem: str = ""
+    """What is missing or partial about the run, in one line ("" when complete and current): the report's banner."""
 
     @property
     def incomplete(self) -> bool:
@@ -101,6 +108,7 @@ def load_run(uri: str, *, summarise: Callable[[RunRoot], Any] | None = None) -> 
     root = RunRoot(uri, remember_listings=True)  # one command, one snapshot of the root
     root.adopt_legacy()  # a run root from before commit records: its finished shards count
     config = _config(root)
+    consistency = check_run(root) if root.has("scores", "scores") else None
     tables = _summaries(root)
     computed = False
     if "tasks" not in tables:
@@ -125,7 +133,31 @@ def load_run(uri: str, *, summarise: Callable[[RunRoot], Any] | None = None) -> 
                    suite=str(_select(config, "suite.name") or ""),
                    claimed_length=int(claimed) if claimed is not None else None, tables=tables, computed=computed,
                    notes=(note,) if note else (),
-                   status=root.read_json("status.json") if root.exists("status.json") else None)
+                   status=consistency.as_status() if consistency is not None else None,
+                   problem=consistency.one_line(root.uri) if consistency is not None else "")
+
+
+def check_run(root: RunRoot) -> Consistency:
+    """The run root's scores checked against its predictions and its stored plan (config.yaml), now.
+
+    Raises:
+        StaleScoresError: scores that no longer match their predictions: any number from them would be wrong.
+    """
+    from longeval.config import validate
+
+    cfg = None
+    if root.exists("config.yaml"):
+        from omegaconf import OmegaConf
+
+        try:
+            cfg = validate(OmegaConf.create(root.read_text("config.yaml")))
+        except ConfigError as exc:  # a config this version no longer reads: the root's instances are the plan
+            log.warning("run root %s: config.yaml does not validate (%s); checking against the instances it "
+                        "holds", root.uri, exc)
+    consistency = check_root(root, cfg)
+    if consistency.state is State.STALE:
+        raise StaleScoresError(consistency.one_line(root.uri))
+    return consistency
 
 
 def essay_note(label: str, versions: dict[str, Any], tasks: pa.Table | None) -> str:

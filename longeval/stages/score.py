@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from longeval import __version__, interrupt
 from longeval.config import Config, suite_hash
+from longeval.consistency import prediction_fingerprints
 from longeval.followup import parents_with_followups
 from longeval.plan import in_plan
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, latest_predictions
@@ -37,7 +38,9 @@ class Scorer:
         self.scorer = DeadlineScorer(timeout_s, judge_for, plugins)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        return pa.Table.from_pylist(self.scorer.score_rows(batch.to_pylist()), schema=SCORE_SCHEMA)
+        scores = pa.Table.from_pylist(self.scorer.score_rows(batch.to_pylist()), schema=SCORE_SCHEMA)
+        column = SCORE_SCHEMA.get_field_index("prediction_fingerprint")  # one score row per input row, in order
+        return scores.set_column(column, SCORE_SCHEMA.field(column), batch["prediction_fingerprint"])
 
 
 SCORE_BATCH = 64
@@ -84,6 +87,10 @@ SCORE_INPUT = "scores_input.json"
 """What the scores were computed from (`score_fingerprint`): a rerun with the same input reuses them."""
 
 
+SCORE_FORMAT = 2
+"""Bumped when score rows gain a column every row needs (2: `prediction_fingerprint`): older scores are redone."""
+
+
 def score_fingerprint(cfg: Config, root: RunRoot) -> str:
     """A hash of everything the scores depend on: the committed instance and prediction shards (names and
     contents: a retried prediction part can keep its name), the suite, the scorer settings and longeval's version."""
@@ -91,7 +98,7 @@ def score_fingerprint(cfg: Config, root: RunRoot) -> str:
         return {name: root.commit_record(stage, name).get("sha256") for name in sorted(root.shard_names(stage))}
 
     blob = json.dumps({"instances": digests("instances"), "predictions": digests("predictions"),
-                       "suite": suite_hash(cfg.suite),
+                       "suite": suite_hash(cfg.suite), "score_format": SCORE_FORMAT,
                        "timeout": cfg.cluster.scorer_timeout_s, "plugins": cfg.plugins, "longeval": __version__},
                       sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
@@ -105,14 +112,16 @@ def scores_current(root: RunRoot, fingerprint: str) -> bool:
 
 
 def scoring_input(cfg: Config, root: RunRoot) -> pa.Table:
-    """The instances of the current plan joined with their latest prediction (follow-up parents left out)."""
+    """The instances of the current plan joined with their latest prediction (follow-up parents left out), and
+    that prediction's fingerprint (`prediction_fingerprint`), which each score row keeps."""
     columns = [n for n in INSTANCE_SCHEMA.names if n not in ("prompt", "prompt_token_ids")]
     instances = in_plan(cfg, root.read_stage("instances", INSTANCE_SCHEMA, columns=columns))
     chained = parents_with_followups(instances)  # first calls of complete chains: only the last call counts
     if chained:
         instances = instances.filter(pc.invert(pc.is_in(instances["instance_id"], value_set=pa.array(list(chained)))))
     preds = latest_predictions(root.read_stage("predictions", PREDICTION_SCHEMA))
-    return _join(instances, preds)
+    joined = _join(instances, preds)
+    return joined.append_column("prediction_fingerprint", prediction_fingerprints(joined))
 
 
 def _join(instances: pa.Table, preds: pa.Table) -> pa.Table:
