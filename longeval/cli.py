@@ -477,6 +477,10 @@ def cmd_dashboards(args: argparse.Namespace) -> None:
         console.print(f"saved: {url}")
 
 
+EXIT_CODES_HELP = ("exit codes: 0 done, results complete and current; 3 results partial (work left: one 'warning: "
+                   "partial run' line says what); 2 error, stale scores included (one 'error:' line); 130 interrupted")
+"""`longeval --help`'s epilog (README.md, Outputs; `consistency.EXIT_CODES`)."""
+
 WRITES_A_RUN = frozenset({"run", "generate", "infer", "score"})
 """The commands that write shards and predictions to a run root, which a rerun of the same command resumes."""
 
@@ -487,7 +491,7 @@ def longeval_error(exc: BaseException) -> LongevalError | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="longeval", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="longeval", description=__doc__.splitlines()[0], epilog=EXIT_CODES_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in (
         ("run", "generate, infer, score and report"),
@@ -497,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         ("score", "score the predictions"),
         ("report", "summarise the scores and print the results table; with run roots, write an HTML report"),
     ):
-        p = sub.add_parser(name, help=help_text)
+        p = sub.add_parser(name, help=help_text, epilog=EXIT_CODES_HELP)
         p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. suite=ruler suite.lengths=[4096]")
         stages = ("generate", "infer", "score", "report") if name == "run" else (name,)
         p.set_defaults(func=lambda a, stages=stages: cmd_run(a.overrides, stages))
@@ -512,7 +516,8 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--seed", type=int, default=0, help="seed of the comparisons' bootstrap")
     report.add_argument("--no-compare", action="store_true", help="leave out the paired comparisons")
     report.set_defaults(func=cmd_report)
-    compare = sub.add_parser("compare", help="paired comparison of two run roots on their shared instances")
+    compare = sub.add_parser("compare", help="paired comparison of two run roots on their shared instances",
+                             epilog=EXIT_CODES_HELP)
     compare.add_argument("a", help="run root A, the baseline (local or s3://)")
     compare.add_argument("b", help="run root B; differences are B - A")
     compare.add_argument("--resamples", type=int, default=10_000, help="bootstrap (and permutation) resamples")

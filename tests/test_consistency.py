@@ -196,3 +196,11 @@ def test_scores_from_before_fingerprints_are_partial_until_rescored(capsys, copy
     run(load_config(overrides), stages=("score",))
     assert root.read_stage("scores", SCORE_SCHEMA)["prediction_fingerprint"].null_count == 0
     assert _cli(capsys, "report", *overrides)[0] == 0
+
+
+def test_the_exit_codes_are_in_the_help(capsys) -> None:
+    for command in ("report", "compare", "run"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert f"{PARTIAL_EXIT} results partial" in text and "2 error, stale scores included" in text, command
