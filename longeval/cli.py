@@ -407,8 +407,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     _probe([args.a, args.b])
     _warn_if_written([args.a, args.b])
-    a, b = RunRoot(args.a).uri, RunRoot(args.b).uri
-    checks = [check_run(RunRoot(uri)) if RunRoot(uri).has("scores", "scores") else None for uri in (a, b)]
+    roots = [RunRoot(uri, remember_listings=True) for uri in (args.a, args.b)]
+    a, b = (root.uri for root in roots)
+    # stale scores are refused here; a root without scores gets load_scores' message
+    checks = [check_run(root) if root.has("scores", "scores") else None for root in roots]
     comparison = compare_scores(load_scores(a), load_scores(b), resamples=args.resamples, seed=args.seed,
                                 provenance=provenance_pairs(a, b), names=(a, b))
     console.print(f"A = {a}\nB = {b}\n{comparison.matched.describe()}")

@@ -91,11 +91,9 @@ class Consistency:
     def complete(self) -> bool:
         return self.state is State.CURRENT
 
-    def one_line(self, where: str, command: str = "the same command") -> str:
-        """What is stale, missing or partial about `where` and what to run, in one line ("" when current).
-
-        `command`: what the user ran the stages with, for the fix (e.g. `longeval run model=... suite=...`).
-        """
+    def one_line(self, where: str) -> str:
+        """What is stale, missing or partial about the run root `where` and what to run, in one line ("" when
+        current)."""
         problems = []
         if self.stale_scores:
             problems.append(f"{self.stale_scores} scores are stale (their prediction changed after scoring)")
@@ -116,9 +114,10 @@ class Consistency:
         if self.state is State.STALE:
             return (f"stale scores in {where}: {'; '.join(problems)}; no numbers reported. Run `longeval run` with "
                     "the run's overrides to predict and rescore what changed (finished work is kept)")
+        failed = f" ({self.engine_errors} engine errors count as 0)" if self.engine_errors else ""
         return (f"partial run {where}: {'; '.join(problems)}; the numbers cover {self.scored} of "
-                f"{self.instances} instances. Rerun {command} to finish (`longeval run` with the run's overrides; "
-                "finished work is kept)")
+                f"{self.instances} instances{failed}. Rerun the same command to finish (`longeval run` with the run's "
+                "overrides; finished work is kept)")
 
     def as_status(self) -> dict:
         """status.json: the counts, `state`, and `complete` (true only when current)."""
