@@ -124,6 +124,21 @@ class Consistency:
         return {**asdict(self), "state": self.state.value, "complete": self.complete}
 
 
+SUMMARY_INPUT = "summary_input.json"
+"""Which scores the summaries were computed from (the scores shard's sha256): a report recomputes older ones."""
+
+
+def scores_digest(root: RunRoot) -> str | None:
+    """The committed scores shard's sha256 (from its commit record), None when there are no scores."""
+    return root.commit_record("scores", "scores").get("sha256") if root.has("scores", "scores") else None
+
+
+def summaries_current(root: RunRoot) -> bool:
+    """Whether `summary/` was computed from the scores now committed (False for summaries written before
+    `SUMMARY_INPUT` was)."""
+    return root.exists(SUMMARY_INPUT) and root.read_json(SUMMARY_INPUT).get("scores") == scores_digest(root)
+
+
 EXIT_CODES = {State.CURRENT: 0, State.PARTIAL: 3}
 """`report` and `compare` exit codes: 0 complete and current, 3 partial; stale scores are refused (exit 2, an
 error line) and an interrupt is 130."""

@@ -159,6 +159,21 @@ def test_predictions_made_after_scoring_make_the_report_partial(capsys, copy, tm
     assert '<p class="banner" role="alert">tiny-random: partial run' in page and "3 predictions are not scored" in page
 
 
+def test_summaries_older_than_the_scores_are_computed_again(capsys, copy, tmp_path) -> None:
+    """`report` on a partial root, then `infer` and `score` alone: `report -o` must not show the old summaries."""
+    path, overrides = copy
+    root = RunRoot(str(path))
+    _drop_cell_predictions(root)
+    cfg = load_config(overrides)
+    run(cfg, stages=("score", "report"))
+    assert sum(root.read_stage("summary", names=["tasks"])["n"].to_pylist()) == 9
+    run(cfg, stages=("infer", "score"))
+    code, text = _cli(capsys, "report", str(path), "-o", str(tmp_path / "r.html"))
+    assert code == 0 and f"tiny-random: summaries computed from the scores and written to {root.uri}/summary/" in text
+    assert sum(root.read_stage("summary", names=["tasks"])["n"].to_pylist()) == 12
+    assert _cli(capsys, "report", str(path), "-o", str(tmp_path / "r.html"))[1].count("summaries computed") == 0
+
+
 def test_scores_whose_predictions_shard_was_deleted_are_refused(capsys, copy, tmp_path) -> None:
     path, overrides = copy
     root = RunRoot(str(path))

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from longeval.consistency import Consistency, State, check_root
+from longeval.consistency import Consistency, State, check_root, summaries_current
 from longeval.errors import ConfigError, StaleScoresError, StoreError
 from longeval.provenance import COMPARED_SETTINGS, COMPARED_VERSIONS, run_identity
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, ErrorKind
@@ -57,7 +57,7 @@ class RunData:
     computed: bool = False
     notes: tuple[str, ...] = ()
     """What a reader must know to compare this run's numbers elsewhere (see `essay_note`)."""
-    """True when the summaries were missing and computed (and written) while loading."""
+    """True when the summaries were missing (or older than the scores) and computed (and written) while loading."""
     status: dict[str, Any] | None = None
     """The run's status as checked now (`longeval.consistency`, what status.json holds): whether every planned
     instance has its prediction and a score from it."""
@@ -111,7 +111,9 @@ def load_run(uri: str, *, summarise: Callable[[RunRoot], Any] | None = None) -> 
     consistency = check_run(root) if root.has("scores", "scores") else None
     tables = _summaries(root)
     computed = False
-    if "tasks" not in tables:
+    # summaries older than the scores (`score` rerun after the last `report`) are computed again, when they can be
+    outdated = "tasks" in tables and consistency is not None and bool(config) and not summaries_current(root)
+    if "tasks" not in tables or outdated:
         if not root.has("scores", "scores"):
             what = "no config.yaml either: is this a run root?" if not config else "run `longeval score` first"
             if root.exists("scores/scores.parquet") or root.exists("summary/tasks.parquet"):
@@ -119,7 +121,8 @@ def load_run(uri: str, *, summarise: Callable[[RunRoot], Any] | None = None) -> 
                         "rerun `longeval score` and `longeval report` with its overrides")
             raise StoreError(f"run root {root.uri} has no summary/ and no scores/scores.parquet; {what}")
         if summarise is None:
-            raise StoreError(f"run root {root.uri} has scores but no summary/; run `longeval report` on it first")
+            state = "summaries older than its scores" if outdated else "no summary/"
+            raise StoreError(f"run root {root.uri} has scores but {state}; run `longeval report` on it first")
         summarise(root)
         tables, computed = _summaries(root), True
     model = _select(config, "model.name")

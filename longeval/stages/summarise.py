@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from longeval.aggregate import cumulative, error_table, headline, length_table, summarise
 from longeval.config import Config, validate
-from longeval.consistency import Consistency, State, check_root
+from longeval.consistency import SUMMARY_INPUT, Consistency, State, check_root, scores_digest
 from longeval.errors import StaleScoresError, StoreError
 from longeval.plan import in_plan
 from longeval.records import INSTANCE_SCHEMA, SCORE_SCHEMA
@@ -96,6 +96,7 @@ def report(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> RunRes
         pacsv.write_csv(table, sink)
         root.write_text(f"summary/{name}.csv", sink.getvalue().to_pybytes().decode("utf-8"))
     root.write_json("summary.json", {name: table.to_pylist() for name, table in tables.items()})
+    root.write_json(SUMMARY_INPUT, {"scores": scores_digest(root)})
     return RunResult(root=root.uri, tables=tables, status=consistency.as_status(), consistency=consistency)
 
 
