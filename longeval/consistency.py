@@ -187,6 +187,12 @@ INSTANCE_KEY = ["instance_id", "family", "task", "target_length", "seed", "index
 """The instance columns `check_root` reads: the plan's keys and `meta` (which first calls have a follow-up)."""
 
 
+def planned_ids(cfg: Config, root: RunRoot) -> pa.Array:
+    """The instance ids of the current plan that the run root holds."""
+    cols = ["instance_id", "family", "task", "target_length", "seed", "index"]
+    return in_plan(cfg, root.read_stage("instances", INSTANCE_SCHEMA, columns=cols))["instance_id"]
+
+
 def check_root(root: RunRoot, cfg: Config | None) -> Consistency:
     """`check_consistency` on a run root's metadata columns (never prompts or outputs), against `cfg`'s plan;
     with no config (a root without config.yaml) every instance the root holds is the plan."""

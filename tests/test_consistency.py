@@ -189,7 +189,7 @@ def test_scores_whose_predictions_shard_was_deleted_are_refused(capsys, copy, tm
     assert root.read_json("status.json")["scores_without_prediction"] == 3
 
 
-def test_status_counts_only_the_current_plan_on_a_reused_root(capsys, copy) -> None:
+def test_status_counts_only_the_current_plan_on_a_reused_root(capsys, copy, scored) -> None:
     path, overrides = copy
     fewer = [o if not o.startswith("suite.tasks=") else "suite.tasks=[niah_single_1]" for o in overrides]
     code, text = _cli(capsys, "report", *fewer)
@@ -197,6 +197,9 @@ def test_status_counts_only_the_current_plan_on_a_reused_root(capsys, copy) -> N
     status = RunRoot(str(path)).read_json("status.json")
     assert (status["instances"], status["predicted"], status["scored"], status["outside_plan"]) == (6, 6, 6, 6)
     assert status["shards_planned"] == status["shards_written"] == 4 and status["complete"]
+    code, text = _cli(capsys, "compare", str(path), str(scored), "--resamples", "100")  # config.yaml: the new plan
+    assert code == 0 and "matched 6 instance(s) by instance_id: 0 of A's 6 and 6 of B's 12 have no partner" in text, \
+        text
 
 
 def test_scores_from_before_fingerprints_are_partial_until_rescored(capsys, copy) -> None:

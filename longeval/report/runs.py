@@ -19,7 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from longeval.consistency import Consistency, State, check_root, summaries_current
+from longeval.config import Config, validate
+from longeval.consistency import Consistency, State, check_root, planned_ids, summaries_current
 from longeval.errors import ConfigError, StaleScoresError, StoreError
 from longeval.provenance import COMPARED_SETTINGS, COMPARED_VERSIONS, run_identity
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, ErrorKind
@@ -140,24 +141,28 @@ def load_run(uri: str, *, summarise: Callable[[RunRoot], Any] | None = None) -> 
                    problem=consistency.one_line(root.uri) if consistency is not None else "")
 
 
+def _stored_config(root: RunRoot) -> Config | None:
+    """The run's config.yaml as a Config: its plan. None without one, or for one this version no longer reads (the
+    root's instances are then the plan)."""
+    if not root.exists("config.yaml"):
+        return None
+    from omegaconf import OmegaConf
+
+    try:
+        return validate(OmegaConf.create(root.read_text("config.yaml")))
+    except ConfigError as exc:
+        log.warning("run root %s: config.yaml does not validate (%s); checking against the instances it holds",
+                    root.uri, exc)
+        return None
+
+
 def check_run(root: RunRoot) -> Consistency:
     """The run root's scores checked against its predictions and its stored plan (config.yaml), now.
 
     Raises:
         StaleScoresError: scores that no longer match their predictions: any number from them would be wrong.
     """
-    from longeval.config import validate
-
-    cfg = None
-    if root.exists("config.yaml"):
-        from omegaconf import OmegaConf
-
-        try:
-            cfg = validate(OmegaConf.create(root.read_text("config.yaml")))
-        except ConfigError as exc:  # a config this version no longer reads: the root's instances are the plan
-            log.warning("run root %s: config.yaml does not validate (%s); checking against the instances it "
-                        "holds", root.uri, exc)
-    consistency = check_root(root, cfg)
+    consistency = check_root(root, _stored_config(root))
     if consistency.state is State.STALE:
         raise StaleScoresError(consistency.one_line(root.uri))
     return consistency
@@ -199,7 +204,7 @@ def unique_labels(runs: list[RunData]) -> list[RunData]:
 
 
 def load_scores(uri: str) -> pa.Table:
-    """A run root's per-instance scores (the columns a comparison needs).
+    """A run root's per-instance scores of its current plan (config.yaml's; the columns a comparison needs).
 
     Raises:
         StoreError: the run root has no scores.
@@ -208,7 +213,14 @@ def load_scores(uri: str) -> pa.Table:
     if not root.has("scores", "scores"):
         raise StoreError(f"run root {root.uri} has no scores/scores.parquet; run `longeval score` on it first")
     columns = ["instance_id", "model_id", "family", "task", "target_length", "score", "error_type"]
-    return root.read_stage("scores", SCORE_SCHEMA, columns=columns)
+    return _in_stored_plan(root, root.read_stage("scores", SCORE_SCHEMA, columns=columns))
+
+
+def _in_stored_plan(root: RunRoot, scores: pa.Table) -> pa.Table:
+    """The score rows of the run's current plan (config.yaml's): a reused root's other rows count in no number, as
+    in its summaries."""
+    cfg = _stored_config(root)
+    return scores if cfg is None else scores.filter(pc.is_in(scores["instance_id"], value_set=planned_ids(cfg, root)))
 
 
 def provenance_pairs(uri_a: str, uri_b: str) -> dict[str, tuple[object, object]]:
@@ -235,7 +247,7 @@ def instance_rows(uri: str) -> pa.Table:
     """One row per scored instance with what a person needs to look at it: the references, the model's
     output (first 2000 characters) and its score, for the per-instance CSV beside a report."""
     root = RunRoot(uri, remember_listings=True)  # one command, one snapshot of the root
-    scores = root.read_stage("scores", SCORE_SCHEMA)
+    scores = _in_stored_plan(root, root.read_stage("scores", SCORE_SCHEMA))
     instances = root.read_stage("instances", INSTANCE_SCHEMA,
                                 columns=["instance_id", "input_tokens", "references"])
     preds = root.read_stage("predictions", PREDICTION_SCHEMA,

@@ -12,9 +12,8 @@ from omegaconf import OmegaConf
 
 from longeval.aggregate import cumulative, error_table, headline, length_table, summarise
 from longeval.config import Config, validate
-from longeval.consistency import SUMMARY_INPUT, Consistency, State, check_root, scores_digest
+from longeval.consistency import SUMMARY_INPUT, Consistency, State, check_root, planned_ids, scores_digest
 from longeval.errors import StaleScoresError, StoreError
-from longeval.plan import in_plan
 from longeval.records import INSTANCE_SCHEMA, SCORE_SCHEMA
 from longeval.store import RunRoot
 from longeval.tasks import FAMILIES, sampling
@@ -118,12 +117,6 @@ def rows_with_meta(root: RunRoot, scores: pa.Table, family: str) -> dict[str, li
     for row in scores.filter(pc.equal(scores["family"], family)).to_pylist():
         rows.setdefault(row["model_id"], []).append({**row, "meta": meta.get(row["instance_id"], "{}")})
     return dict(sorted(rows.items()))
-
-
-def planned_ids(cfg: Config, root: RunRoot) -> pa.Array:
-    """The instance ids of the current plan that the run root holds."""
-    cols = ["instance_id", "family", "task", "target_length", "seed", "index"]
-    return in_plan(cfg, root.read_stage("instances", INSTANCE_SCHEMA, columns=cols))["instance_id"]
 
 
 def summarise_root(root: RunRoot) -> RunResult:
