@@ -81,17 +81,22 @@ def _print_results(result) -> None:
 
         console.print(render_adaptive(result.adaptive["adaptive"], result.adaptive["adaptive_lengths"],
                                       result.adaptive["compute"], result.adaptive.get("adaptive_groups")))
-    if status and not status["complete"]:
-        console.print(f"[bold yellow]incomplete run:[/] {status['shards_written']}/{status['shards_planned']} instance "
-                      f"shards, {status['predicted']}/{status['instances']} instances predicted "
-                      f"({status['engine_errors']} engine errors, {status['not_predicted']} not run yet); the tables "
-                      "above are partial. Rerun the same command to finish: finished work is kept.")
+    consistency = getattr(result, "consistency", None)
+    if consistency is not None and not consistency.complete:
+        console.print(f"[bold yellow]warning:[/] {escape(consistency.one_line(result.root))}", soft_wrap=True)
     console.print(f"results: {result.root}  (summary/*.csv and summary.json, scores/, predictions/, instances/)")
     if result.tracking:
         console.print(result.tracking)
 
 
-def cmd_run(overrides: list[str], stages: tuple[str, ...]) -> None:
+def _exit_code(*partial: bool) -> int:
+    """0 when every report is complete and current, `consistency.PARTIAL_EXIT` when one is partial."""
+    from longeval.consistency import PARTIAL_EXIT
+
+    return PARTIAL_EXIT if any(partial) else 0
+
+
+def cmd_run(overrides: list[str], stages: tuple[str, ...]) -> int:
     from longeval.config import load_config
     from longeval.pipeline import run
 
@@ -109,8 +114,9 @@ def cmd_run(overrides: list[str], stages: tuple[str, ...]) -> None:
         interrupt.check()  # a Ctrl-C that a library swallowed still ends the run as interrupted
     if "report" in stages:
         _print_results(result)
-    else:
-        console.print(f"done: {result.root}")
+        return _exit_code(result.consistency is not None and not result.consistency.complete)
+    console.print(f"done: {result.root}")
+    return 0
 
 
 def cmd_plan(overrides: list[str]) -> None:
@@ -336,16 +342,17 @@ def _is_run_root(arg: str) -> bool:
     return "=" not in arg or arg.startswith(("s3://", "file://"))
 
 
-def cmd_report(args: argparse.Namespace) -> None:
+def cmd_report(args: argparse.Namespace) -> int:
     roots = [a for a in args.overrides if _is_run_root(a)]
     overrides = [a for a in args.overrides if not _is_run_root(a)]
     if roots and overrides:
         raise ConfigError(f"give run roots ({' '.join(roots)}) or Hydra overrides ({' '.join(overrides)}), not both: "
                           "`longeval report RUN_ROOT ... -o report.html` or `longeval report suite=... [-o ...]`")
+    code = 0
     if not roots:
-        cmd_run(overrides, ("report",))
+        code = cmd_run(overrides, ("report",))
         if not args.output:
-            return
+            return code
         from longeval.config import load_config
 
         roots = [load_config(overrides).run_root]
@@ -364,8 +371,12 @@ def cmd_report(args: argparse.Namespace) -> None:
             console.print(f"[yellow]not compared[/] {pair.b} with {pair.a}: {pair.error}")
         else:
             console.print(f"compared {pair.b} with {pair.a}: {pair.comparison.matched.describe()}")
+    for run in result.runs:
+        if run.problem:
+            console.print(f"[bold yellow]warning:[/] {escape(run.problem)}", soft_wrap=True)
     extra = f", per-instance CSVs in {result.data_files[0].parent}" if result.data_files else ""
     console.print(f"report: {result.path} ({len(result.runs)} run(s){extra})")
+    return code or _exit_code(*(bool(run.problem) for run in result.runs))
 
 
 def _probe(roots: list[str]) -> None:
@@ -390,15 +401,18 @@ def _warn_if_written(roots: list[str]) -> None:
             console.print(f"[bold yellow]warning:[/] {escape(warning)}", soft_wrap=True)
 
 
-def cmd_compare(args: argparse.Namespace) -> None:
+def cmd_compare(args: argparse.Namespace) -> int:
     from longeval.compare import compare_scores
-    from longeval.report.runs import load_scores, provenance_pairs
+    from longeval.report.runs import check_run, load_scores, provenance_pairs
     from longeval.report.table import render_comparison
     from longeval.store import RunRoot
 
     _probe([args.a, args.b])
     _warn_if_written([args.a, args.b])
-    a, b = RunRoot(args.a).uri, RunRoot(args.b).uri
+    roots = [RunRoot(uri, remember_listings=True) for uri in (args.a, args.b)]
+    a, b = (root.uri for root in roots)
+    # stale scores are refused here; a root without scores gets load_scores' message
+    checks = [check_run(root) if root.has("scores", "scores") else None for root in roots]
     comparison = compare_scores(load_scores(a), load_scores(b), resamples=args.resamples, seed=args.seed,
                                 provenance=provenance_pairs(a, b), names=(a, b))
     console.print(f"A = {a}\nB = {b}\n{comparison.matched.describe()}")
@@ -410,6 +424,10 @@ def cmd_compare(args: argparse.Namespace) -> None:
 
         pacsv.write_csv(comparison.table, args.csv)
         console.print(f"table: {args.csv}")
+    for uri, check in zip((a, b), checks, strict=True):
+        if check is not None and not check.complete:
+            console.print(f"[bold yellow]warning:[/] {escape(check.one_line(uri))}", soft_wrap=True)
+    return _exit_code(*(check is not None and not check.complete for check in checks))
 
 
 def cmd_data(args: argparse.Namespace) -> None:
@@ -463,6 +481,10 @@ def cmd_dashboards(args: argparse.Namespace) -> None:
         console.print(f"saved: {url}")
 
 
+EXIT_CODES_HELP = ("exit codes: 0 done, results complete and current; 3 results partial (work left: one 'warning: "
+                   "partial run' line says what); 2 error, stale scores included (one 'error:' line); 130 interrupted")
+"""`longeval --help`'s epilog (README.md, Outputs; `consistency.EXIT_CODES`)."""
+
 WRITES_A_RUN = frozenset({"run", "generate", "infer", "score"})
 """The commands that write shards and predictions to a run root, which a rerun of the same command resumes."""
 
@@ -473,7 +495,7 @@ def longeval_error(exc: BaseException) -> LongevalError | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="longeval", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="longeval", description=__doc__.splitlines()[0], epilog=EXIT_CODES_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in (
         ("run", "generate, infer, score and report"),
@@ -483,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         ("score", "score the predictions"),
         ("report", "summarise the scores and print the results table; with run roots, write an HTML report"),
     ):
-        p = sub.add_parser(name, help=help_text)
+        p = sub.add_parser(name, help=help_text, epilog=EXIT_CODES_HELP)
         p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. suite=ruler suite.lengths=[4096]")
         stages = ("generate", "infer", "score", "report") if name == "run" else (name,)
         p.set_defaults(func=lambda a, stages=stages: cmd_run(a.overrides, stages))
@@ -498,7 +520,8 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--seed", type=int, default=0, help="seed of the comparisons' bootstrap")
     report.add_argument("--no-compare", action="store_true", help="leave out the paired comparisons")
     report.set_defaults(func=cmd_report)
-    compare = sub.add_parser("compare", help="paired comparison of two run roots on their shared instances")
+    compare = sub.add_parser("compare", help="paired comparison of two run roots on their shared instances",
+                             epilog=EXIT_CODES_HELP)
     compare.add_argument("a", help="run root A, the baseline (local or s3://)")
     compare.add_argument("b", help="run root B; differences are B - A")
     compare.add_argument("--resamples", type=int, default=10_000, help="bootstrap (and permutation) resamples")
@@ -559,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=os.environ.get("LONGEVAL_LOG", "WARNING"))
     try:
-        args.func(args)  # each subcommand's handler (set_defaults above)
+        code = args.func(args)  # each subcommand's handler (set_defaults above); None: 0
     except Exception as exc:
         error = longeval_error(exc)
         if error is None:
@@ -576,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[bold yellow]{what}:[/] finished shards and predictions are kept; resume with the same "
                       f"command: {escape(again)}", soft_wrap=True)
         return code
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":

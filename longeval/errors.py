@@ -58,6 +58,10 @@ class DamagedShardError(StoreError):
         return type(self), (self.found, self.advice)
 
 
+class StaleScoresError(StoreError):
+    """Scores that no longer match their predictions (`longeval.consistency`): a report on them would be wrong."""
+
+
 class LeaseHeldError(StoreError):
     """Another live process holds the run root's lease: two writers would do the same work twice."""
 

@@ -21,7 +21,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from longeval.config import Config
-from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, ErrorKind, Prediction, content_id
+from longeval.records import (
+    INSTANCE_SCHEMA,
+    PREDICTION_SCHEMA,
+    ErrorKind,
+    Prediction,
+    content_id,
+    prediction_table,
+)
 from longeval.scoring.deadline import import_plugins
 from longeval.shards import ShardName
 from longeval.stages.generate import make_context
@@ -124,5 +131,5 @@ def write_followups(cfg: Config, root: RunRoot, model_path: str) -> int:
         tag = content_id(sorted(r["instance_id"] for r in rows))[:8]
         root.write_table("instances", dataclasses.replace(shard, followup=tag).text, table)
     if failed:
-        root.write_part("predictions", pa.Table.from_pylist(failed, schema=PREDICTION_SCHEMA))
+        root.write_part("predictions", prediction_table(failed))
     return sum(len(rows) for rows in shards.values())

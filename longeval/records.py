@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import uuid
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
@@ -130,6 +131,9 @@ class Prediction:
     engine_step: int | None = None
     """The step of its engine (counted over the engine's life) in which it finished: with `replica`, which
     batch ran it. None for rows never sent and for API models."""
+    attempt: str | None = None
+    """A fresh id per prediction row, stamped when it is written (`prediction_table`): a prediction redone after
+    scoring differs from the one scored even with the same output. None in run roots written before it."""
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)
@@ -155,6 +159,7 @@ PREDICTION_SCHEMA = pa.schema(
         ("replica", pa.string()),
         ("node", pa.string()),
         ("engine_step", pa.int64()),
+        ("attempt", pa.string()),
     ]
 )
 
@@ -176,6 +181,9 @@ class Score:
     error_type: str  # "" | "null" (empty output) | "prompt_too_long" | "engine_error"
     extra: dict[str, float] = field(default_factory=dict)
     complexity: str = ""  # the instance's configuration label (SYNC "nodes=15", Michelangelo "ops=5", ...)
+    prediction_fingerprint: str | None = None
+    """The fingerprint of the prediction it scored (`longeval.consistency`): a report checks it against the
+    instance's latest prediction. None in scores written before it was recorded."""
 
     def to_row(self) -> dict[str, Any]:
         row = asdict(self)
@@ -197,8 +205,23 @@ SCORE_SCHEMA = pa.schema(
         ("error_type", pa.string()),
         ("extra", pa.string()),
         ("complexity", pa.string()),
+        ("prediction_fingerprint", pa.string()),
     ]
 )
+
+
+def prediction_table(rows: list[dict[str, Any]] | dict[str, list[Any]]) -> pa.Table:
+    """Prediction rows (dicts, or columns) as a `PREDICTION_SCHEMA` table, every row stamped with a fresh `attempt`:
+    every writer of predictions builds its table here."""
+    if isinstance(rows, dict):
+        n = len(rows["instance_id"])
+        return pa.Table.from_pydict({**rows, "attempt": _attempts(n)}, schema=PREDICTION_SCHEMA)
+    return pa.Table.from_pylist([{**row, "attempt": a} for row, a in zip(rows, _attempts(len(rows)), strict=True)],
+                                schema=PREDICTION_SCHEMA)
+
+
+def _attempts(n: int) -> list[str]:
+    return [uuid.uuid4().hex for _ in range(n)]
 
 
 def latest_predictions(preds: pa.Table) -> pa.Table:

@@ -264,6 +264,17 @@ def _number(value: Any) -> float:
     return 0 if value is None else value
 
 
+STATUS_COUNTS = ("complete", "instances", "predicted", "engine_errors", "scored", "not_scored", "stale_scores",
+                 "scores_without_prediction", "unverified_scores", "outside_plan")
+"""The status.json entries a tracked run's summary carries (`status_metrics`)."""
+
+
+def status_metrics(status: Mapping[str, Any]) -> dict[str, float]:
+    """status.json (`longeval.consistency`, written by the report just before) as `status/<count>` (`complete`:
+    1 or 0): a dashboard shows a partial run as partial, not as a finished one with lower numbers."""
+    return {f"status/{key}": float(status[key]) for key in STATUS_COUNTS if key in status}
+
+
 def length_history(tables: Mapping[str, pa.Table]) -> list[dict[str, float]]:
     """One history row per length: every length curve's value there, with `target_length` as the x axis.
 
@@ -627,6 +638,7 @@ class WandbTracker:
         if not tables:
             return
         metrics = _or(self._guard("build the summary", summary_metrics, tables), {})
+        metrics |= status_metrics(_or(self._guard("read status.json", self._status), {}))
         state = _or(self._guard("read the tracking state", self._read_state), {})
         digest = _digest([metrics, self.run_id, self.cfg.tracking.project, self.cfg.tracking.entity])
         if state.get("logged") == digest:  # a rerun with the same results: curves and media are there already
@@ -806,6 +818,9 @@ class WandbTracker:
 
     def _scores(self) -> pa.Table:
         return self.root.read_stage("scores", SCORE_SCHEMA)
+
+    def _status(self) -> dict:
+        return self.root.read_json("status.json") if self.root.exists("status.json") else {}
 
     def _versions(self) -> dict:
         return self.root.read_json("versions.json") if self.root.exists("versions.json") else {}

@@ -9,6 +9,7 @@ import re
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from longeval.consistency import PARTIAL_EXIT
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, Prediction
 from longeval.store import RunRoot
 from tests.cli_subprocess import flat, longeval
@@ -142,11 +143,12 @@ def test_the_table_shows_n_intervals_all_failure_cells_and_incomplete_runs(tmp_p
         schema=PREDICTION_SCHEMA))
     assert (scored := longeval("score", *args)).returncode == 0, flat(scored)
     partial = longeval("report", *args)  # the 16K prompts have not been through the infer stage yet
-    assert partial.returncode == 0, flat(partial)
-    assert "INCOMPLETE RUN: partial results" in flat(partial) and "incomplete run:" in flat(partial)
+    assert partial.returncode == PARTIAL_EXIT, flat(partial)
+    assert "INCOMPLETE RUN: partial results" in flat(partial) and "warning: partial run" in flat(partial)
     page = tmp_path / "partial.html"
-    assert (html := longeval("report", str(tmp_path / "t"), "-o", str(page))).returncode == 0, flat(html)
-    assert "INCOMPLETE RUN tiny-random: 2/4 instances predicted" in page.read_text()
+    assert (html := longeval("report", str(tmp_path / "t"), "-o", str(page))).returncode == PARTIAL_EXIT, flat(html)
+    assert "2 of 4 instances are not predicted (0 engine errors, 2 not run yet)" in flat(html)
+    assert "INCOMPLETE RUN tiny-random: partial run" in page.read_text()
 
     full = longeval("run", *args)
     text = flat(full)

@@ -32,6 +32,7 @@ from longeval.tracking import (
     plot_specs,
     sample_instances,
     start_tracking,
+    status_metrics,
     summary_metrics,
 )
 from tests import tracking_fixtures
@@ -223,7 +224,9 @@ def test_offline_run_folder_is_written(logged_run):
 def test_summary_history_tables_plots_and_artifact_were_handed_over(logged_run):
     cfg, root, tracker, _ = logged_run
     tables = load_tables(root)
-    assert _of(tracker, "summary")["summary"].value == summary_metrics(tables)
+    status = root.read_json("status.json")
+    assert _of(tracker, "summary")["summary"].value == summary_metrics(tables) | status_metrics(status)
+    assert _of(tracker, "summary")["summary"].value["status/instances"] == status["instances"] > 0
     history = [e.value for e in tracker.logged if e.kind == "history"]
     assert history == length_history(tables)
     handed = _of(tracker, "table")

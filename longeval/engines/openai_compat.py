@@ -154,7 +154,8 @@ class ApiPredictor:
             for i in range(n)
         ]
         replies = [job.result() for job in jobs]
-        rows: dict[str, list] = {name: [] for name in PREDICTION_SCHEMA.names}
+        # `attempt` is stamped when the rows are written (`records.prediction_table`)
+        rows: dict[str, list] = {name: [] for name in PREDICTION_SCHEMA.names if name != "attempt"}
         for instance_id, reply in zip(batch["instance_id"], replies, strict=True):
             rows["instance_id"].append(str(instance_id))
             rows["model_id"].append(self.model_id)

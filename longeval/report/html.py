@@ -211,10 +211,7 @@ def runs_section(runs: Sequence[RunData], links: Mapping[str, Mapping[str, tuple
         note += f" Summaries computed from the scores while building this page: {', '.join(computed)}."
     note += "".join(f" {n}" for run in runs for n in run.notes)
     for run in incomplete:
-        st = run.status or {}
-        note += (f" INCOMPLETE RUN {run.label}: {st.get('predicted')}/{st.get('instances')} instances predicted, "
-                 f"{st.get('shards_written')}/{st.get('shards_planned')} instance shards; its numbers are partial "
-                 "(rerun its command to finish).")
+        note += f" INCOMPLETE RUN {run.label}: {run.problem}."
     return Section("runs", "Runs", blocks=[TableBlock(
         header=["run", "model", "suite", "claimed length", "run root", *columns], rows=rows, id="runs-table",
         note=note)])
@@ -636,6 +633,7 @@ def build_page(runs: Sequence[RunData], *, pairs: Sequence[PairView] = (),
         subtitle += f" · generated {generated}"
     return env.from_string(source).render(
         title=title, subtitle=subtitle, sections=sections, version=__version__,
+        banners=[f"{r.label}: {r.problem}" for r in runs if r.problem],
         footer=f"longeval {__version__} · self-contained page: figures are inline SVG, no network needed · "
                "docs/results.md explains every table and figure")
 

@@ -8,6 +8,7 @@ the HTML report and the terminal agree. The report reads results; it never runs 
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,15 +19,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from longeval.errors import StoreError
+from longeval.config import Config, validate
+from longeval.consistency import Consistency, State, check_root, planned_ids, summaries_current
+from longeval.errors import ConfigError, StaleScoresError, StoreError
 from longeval.provenance import COMPARED_SETTINGS, COMPARED_VERSIONS, run_identity
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, ErrorKind
 from longeval.store import RunRoot
 from longeval.tasks import FAMILIES, TASKS
 from longeval.text.corpus import comparable_with_ruler
 
-__all__ = ["SUMMARY_NAMES", "RunData", "family_rows", "has_rows", "instance_rows", "load_run", "load_scores",
-           "provenance_pairs", "slug", "unique_labels"]
+__all__ = ["SUMMARY_NAMES", "RunData", "check_run", "family_rows", "has_rows", "instance_rows", "load_run",
+           "load_scores", "provenance_pairs", "slug", "unique_labels"]
 
 COMMON_SUMMARY_NAMES = ("tasks", "lengths", "headline", "cumulative", "errors", "slices")
 SUMMARY_NAMES = COMMON_SUMMARY_NAMES + tuple(t.name for f in FAMILIES.values() for t in f.tables)
@@ -36,6 +39,8 @@ ADAPTIVE_SUMMARY_NAMES = ("adaptive", "adaptive_lengths", "adaptive_groups")
 """Written besides them by an adaptive run (`longeval.adaptive_run`), read when present."""
 
 _OUTPUT_CHARS = 2000
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -53,9 +58,12 @@ class RunData:
     computed: bool = False
     notes: tuple[str, ...] = ()
     """What a reader must know to compare this run's numbers elsewhere (see `essay_note`)."""
-    """True when the summaries were missing and computed (and written) while loading."""
+    """True when the summaries were missing (or older than the scores) and computed (and written) while loading."""
     status: dict[str, Any] | None = None
-    """The run's status.json (`stages.summarise.run_status`): whether every planned instance has its prediction."""
+    """The run's status as checked now (`longeval.consistency`, what status.json holds): whether every planned
+    instance has its prediction and a score from it."""
+    problem: str = ""
+    """What is missing or partial about the run, in one line ("" when complete and current): the report's banner."""
 
     @property
     def incomplete(self) -> bool:
@@ -101,9 +109,12 @@ def load_run(uri: str, *, summarise: Callable[[RunRoot], Any] | None = None) -> 
     root = RunRoot(uri, remember_listings=True)  # one command, one snapshot of the root
     root.adopt_legacy()  # a run root from before commit records: its finished shards count
     config = _config(root)
+    consistency = check_run(root) if root.has("scores", "scores") else None
     tables = _summaries(root)
     computed = False
-    if "tasks" not in tables:
+    # summaries older than the scores (`score` rerun after the last `report`) are computed again, when they can be
+    outdated = "tasks" in tables and consistency is not None and bool(config) and not summaries_current(root)
+    if "tasks" not in tables or outdated:
         if not root.has("scores", "scores"):
             what = "no config.yaml either: is this a run root?" if not config else "run `longeval score` first"
             if root.exists("scores/scores.parquet") or root.exists("summary/tasks.parquet"):
@@ -111,7 +122,8 @@ def load_run(uri: str, *, summarise: Callable[[RunRoot], Any] | None = None) -> 
                         "rerun `longeval score` and `longeval report` with its overrides")
             raise StoreError(f"run root {root.uri} has no summary/ and no scores/scores.parquet; {what}")
         if summarise is None:
-            raise StoreError(f"run root {root.uri} has scores but no summary/; run `longeval report` on it first")
+            state = "summaries older than its scores" if outdated else "no summary/"
+            raise StoreError(f"run root {root.uri} has scores but {state}; run `longeval report` on it first")
         summarise(root)
         tables, computed = _summaries(root), True
     model = _select(config, "model.name")
@@ -125,7 +137,35 @@ def load_run(uri: str, *, summarise: Callable[[RunRoot], Any] | None = None) -> 
                    suite=str(_select(config, "suite.name") or ""),
                    claimed_length=int(claimed) if claimed is not None else None, tables=tables, computed=computed,
                    notes=(note,) if note else (),
-                   status=root.read_json("status.json") if root.exists("status.json") else None)
+                   status=consistency.as_status() if consistency is not None else None,
+                   problem=consistency.one_line(root.uri) if consistency is not None else "")
+
+
+def _stored_config(root: RunRoot) -> Config | None:
+    """The run's config.yaml as a Config: its plan. None without one, or for one this version no longer reads (the
+    root's instances are then the plan)."""
+    if not root.exists("config.yaml"):
+        return None
+    from omegaconf import OmegaConf
+
+    try:
+        return validate(OmegaConf.create(root.read_text("config.yaml")))
+    except ConfigError as exc:
+        log.warning("run root %s: config.yaml does not validate (%s); checking against the instances it holds",
+                    root.uri, exc)
+        return None
+
+
+def check_run(root: RunRoot) -> Consistency:
+    """The run root's scores checked against its predictions and its stored plan (config.yaml), now.
+
+    Raises:
+        StaleScoresError: scores that no longer match their predictions: any number from them would be wrong.
+    """
+    consistency = check_root(root, _stored_config(root))
+    if consistency.state is State.STALE:
+        raise StaleScoresError(consistency.one_line(root.uri))
+    return consistency
 
 
 def essay_note(label: str, versions: dict[str, Any], tasks: pa.Table | None) -> str:
@@ -164,7 +204,7 @@ def unique_labels(runs: list[RunData]) -> list[RunData]:
 
 
 def load_scores(uri: str) -> pa.Table:
-    """A run root's per-instance scores (the columns a comparison needs).
+    """A run root's per-instance scores of its current plan (config.yaml's; the columns a comparison needs).
 
     Raises:
         StoreError: the run root has no scores.
@@ -173,7 +213,14 @@ def load_scores(uri: str) -> pa.Table:
     if not root.has("scores", "scores"):
         raise StoreError(f"run root {root.uri} has no scores/scores.parquet; run `longeval score` on it first")
     columns = ["instance_id", "model_id", "family", "task", "target_length", "score", "error_type"]
-    return root.read_stage("scores", SCORE_SCHEMA, columns=columns)
+    return _in_stored_plan(root, root.read_stage("scores", SCORE_SCHEMA, columns=columns))
+
+
+def _in_stored_plan(root: RunRoot, scores: pa.Table) -> pa.Table:
+    """The score rows of the run's current plan (config.yaml's): a reused root's other rows count in no number, as
+    in its summaries."""
+    cfg = _stored_config(root)
+    return scores if cfg is None else scores.filter(pc.is_in(scores["instance_id"], value_set=planned_ids(cfg, root)))
 
 
 def provenance_pairs(uri_a: str, uri_b: str) -> dict[str, tuple[object, object]]:
@@ -200,7 +247,7 @@ def instance_rows(uri: str) -> pa.Table:
     """One row per scored instance with what a person needs to look at it: the references, the model's
     output (first 2000 characters) and its score, for the per-instance CSV beside a report."""
     root = RunRoot(uri, remember_listings=True)  # one command, one snapshot of the root
-    scores = root.read_stage("scores", SCORE_SCHEMA)
+    scores = _in_stored_plan(root, root.read_stage("scores", SCORE_SCHEMA))
     instances = root.read_stage("instances", INSTANCE_SCHEMA,
                                 columns=["instance_id", "input_tokens", "references"])
     preds = root.read_stage("predictions", PREDICTION_SCHEMA,

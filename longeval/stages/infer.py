@@ -42,7 +42,7 @@ from longeval.errors import DiskFullError, LongevalError, find_error
 from longeval.followup import write_followups
 from longeval.plan import Plan, Pool, in_plan, suite_seq_tokens
 from longeval.plan import size_pool as plan_size_pool
-from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, ErrorKind, Prediction
+from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, ErrorKind, Prediction, prediction_table
 from longeval.redaction import Redactor
 from longeval.shards import ShardName
 from longeval.store import PROMPT_GROUP_BYTES, RunRoot
@@ -136,7 +136,7 @@ def record_too_long(cfg: Config, pool: Pool, todo: pa.Table, root: RunRoot) -> p
                        ).to_row()
             for i, n in zip(too_long["instance_id"].to_pylist(), total.filter(over).to_pylist(), strict=True)
         ]
-        root.write_part("predictions", pa.Table.from_pylist(rows, schema=PREDICTION_SCHEMA))
+        root.write_part("predictions", prediction_table(rows))
     return todo.filter(pc.invert(over))
 
 
@@ -390,7 +390,7 @@ class _Writer:
                     break
                 rows += more
             try:
-                table = pa.Table.from_pylist([{**row, **self.extra} for row in rows], schema=PREDICTION_SCHEMA)
+                table = prediction_table([{**row, **self.extra} for row in rows])
                 self.root.write_part("predictions", table)
                 self.count += len(rows)
                 self.parts += 1
@@ -687,7 +687,7 @@ class _PoolDriver(abc.ABC):
         rows = [Prediction(instance_id=w.instance_id, model_id=self.cfg.model.name, output="", output_tokens=0,
                            finish_reason="error", cached_prompt_tokens=0, latency_s=0.0, error=error[:2000]).to_row()
                 for w in left]
-        self.root.write_part("predictions", pa.Table.from_pylist(rows, schema=PREDICTION_SCHEMA))
+        self.root.write_part("predictions", prediction_table(rows))
         self.done_rows += len(left)
 
     def progress(self) -> int:
@@ -861,6 +861,6 @@ class ApiWriter:
         rows = self.predictor(batch)
         # a failed request's message may quote the server's URL, user info included
         rows["error"] = [self.redactor.text(e) if e else e for e in rows["error"]]
-        self.root.write_part("predictions", pa.Table.from_pydict(rows, schema=PREDICTION_SCHEMA))
+        self.root.write_part("predictions", prediction_table(rows))
         self.root.write_json(self.predictor.record_name, self.redactor.tree(self.predictor.record()))
         return rows

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from longeval import __version__, interrupt
 from longeval.compact import SHARD_COLUMNS
 from longeval.config import Config, suite_hash
+from longeval.consistency import prediction_fingerprints
 from longeval.followup import parents_with_followups
 from longeval.plan import PlanKey, in_plan, make_plan, planned_keys
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, latest_predictions
@@ -86,8 +87,11 @@ class UnitScorer:
         for instances, predictions in zip(batch["instances"].to_pylist(), batch["predictions"].to_pylist(),
                                           strict=True):
             unit = ScoringUnit(tuple(instances), tuple(predictions))
-            rows.extend(self.scorer.score_rows(scoring_input(self.cfg, self.root, unit, keys=self.keys).to_pylist()))
-        return pa.Table.from_pylist(rows, schema=SCORE_SCHEMA)
+            joined = scoring_input(self.cfg, self.root, unit, keys=self.keys)
+            scores = pa.Table.from_pylist(self.scorer.score_rows(joined.to_pylist()), schema=SCORE_SCHEMA)
+            column = SCORE_SCHEMA.get_field_index("prediction_fingerprint")  # one score row per input row, in order
+            rows.append(scores.set_column(column, SCORE_SCHEMA.field(column), joined["prediction_fingerprint"]))
+        return pa.concat_tables(rows) if rows else SCORE_SCHEMA.empty_table()
 
 
 def score(cfg: Config, root: RunRoot, progress=None) -> pa.Table:
@@ -133,6 +137,10 @@ SCORE_INPUT = "scores_input.json"
 """What the scores were computed from (`score_fingerprint`): a rerun with the same input reuses them."""
 
 
+SCORE_FORMAT = 2
+"""Bumped when score rows gain a column every row needs (2: `prediction_fingerprint`): older scores are redone."""
+
+
 def score_fingerprint(cfg: Config, root: RunRoot) -> str:
     """A hash of everything the scores depend on: the committed instance and prediction shards (names and
     contents: a retried prediction part can keep its name), the suite, the scorer settings and longeval's version."""
@@ -140,7 +148,7 @@ def score_fingerprint(cfg: Config, root: RunRoot) -> str:
         return {name: root.commit_record(stage, name).get("sha256") for name in sorted(root.shard_names(stage))}
 
     blob = json.dumps({"instances": digests("instances"), "predictions": digests("predictions"),
-                       "suite": suite_hash(cfg.suite),
+                       "suite": suite_hash(cfg.suite), "score_format": SCORE_FORMAT,
                        "timeout": cfg.cluster.scorer_timeout_s, "plugins": cfg.plugins, "longeval": __version__},
                       sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
@@ -156,7 +164,8 @@ def scores_current(root: RunRoot, fingerprint: str) -> bool:
 def scoring_input(cfg: Config, root: RunRoot, unit: ScoringUnit | None = None, *,
                   keys: set[PlanKey] | None = None) -> pa.Table:
     """The instances of the current plan (of `unit`, else all) joined with their latest prediction (follow-up
-    parents left out). `keys`: `planned_keys(cfg)`, when the caller keeps it."""
+    parents left out), and that prediction's fingerprint (`prediction_fingerprint`), which each score row keeps.
+    `keys`: `planned_keys(cfg)`, when the caller keeps it."""
     columns = [n for n in INSTANCE_SCHEMA.names if n not in ("prompt", "prompt_token_ids")]
     names = unit.instances if unit else None
     instances = in_plan(cfg, root.read_stage("instances", INSTANCE_SCHEMA, columns=columns, names=names), keys)
@@ -165,7 +174,8 @@ def scoring_input(cfg: Config, root: RunRoot, unit: ScoringUnit | None = None, *
         instances = instances.filter(pc.invert(pc.is_in(instances["instance_id"], value_set=pa.array(list(chained)))))
     preds = latest_predictions(root.read_stage("predictions", PREDICTION_SCHEMA,
                                                names=unit.predictions if unit else None))
-    return _join(instances, preds)
+    joined = _join(instances, preds)
+    return joined.append_column("prediction_fingerprint", prediction_fingerprints(joined))
 
 
 def _join(instances: pa.Table, preds: pa.Table) -> pa.Table:

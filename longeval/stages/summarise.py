@@ -12,10 +12,9 @@ from omegaconf import OmegaConf
 
 from longeval.aggregate import cumulative, error_table, headline, length_table, summarise
 from longeval.config import Config, validate
-from longeval.errors import StoreError
-from longeval.plan import in_plan, make_plan
-from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, ErrorKind
-from longeval.stages.infer import pending_predictions
+from longeval.consistency import SUMMARY_INPUT, Consistency, State, check_root, planned_ids, scores_digest
+from longeval.errors import StaleScoresError, StoreError
+from longeval.records import INSTANCE_SCHEMA, SCORE_SCHEMA
 from longeval.store import RunRoot
 from longeval.tasks import FAMILIES, sampling
 
@@ -33,7 +32,9 @@ class RunResult:
     tables: dict[str, pa.Table] = field(default_factory=dict)
     """The summary tables by name (`summary/<name>`): the common ones and those the suite's families declare."""
     status: dict | None = None
-    """`run_status`: whether every planned shard and every instance's prediction is there."""
+    """`run_status`: whether every planned shard, every instance's prediction and its score is there."""
+    consistency: Consistency | None = None
+    """The check status.json was written from: its `one_line` says what is missing, for the terminal."""
     tracking: str | None = None
     """Where the W&B run went (`tracking=wandb`), for the end of the output."""
     adaptive: dict | None = None
@@ -60,6 +61,10 @@ def report(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> RunRes
     """Summaries per task x length, per length, and the headline numbers; written as Parquet, CSV, JSON."""
     import pyarrow.csv as pacsv
 
+    consistency = check_root(root, cfg)
+    root.write_json("status.json", consistency.as_status())
+    if consistency.state is State.STALE:  # a number would be wrong: none is written
+        raise StaleScoresError(consistency.one_line(root.uri))
     if scores is None:
         scores = root.read_stage("scores", SCORE_SCHEMA)
     dropped = scores.num_rows
@@ -90,27 +95,15 @@ def report(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> RunRes
         pacsv.write_csv(table, sink)
         root.write_text(f"summary/{name}.csv", sink.getvalue().to_pybytes().decode("utf-8"))
     root.write_json("summary.json", {name: table.to_pylist() for name, table in tables.items()})
-    status = run_status(cfg, root)
-    root.write_json("status.json", status)
-    return RunResult(root=root.uri, tables=tables, status=status)
+    root.write_json(SUMMARY_INPUT, {"scores": scores_digest(root)})
+    return RunResult(root=root.uri, tables=tables, status=consistency.as_status(), consistency=consistency)
 
 
 def run_status(cfg: Config, root: RunRoot) -> dict:
-    """Whether the run is complete: every planned instance shard committed and every instance (follow-up calls
-    included) with a final prediction. Summaries of an incomplete run are partial, and say so."""
-    planned = {spec.name for spec in make_plan(cfg, check_data=False).shards}
-    if cfg.suite.adaptive:  # an adaptive run plans its shards round by round: those written are the plan
-        planned &= root.shard_names("instances")
-    written = root.shard_names("instances") & planned
-    meta, done = pending_predictions(root)
-    ids = set(meta["instance_id"].to_pylist())
-    preds = root.read_stage("predictions", PREDICTION_SCHEMA, columns=["instance_id", "error"])
-    failed = {i for i, e in zip(preds["instance_id"].to_pylist(), preds["error"].to_pylist(), strict=True)
-              if ErrorKind.of(e) is ErrorKind.ENGINE_ERROR} - done
-    missing = ids - done
-    return {"complete": written == planned and not missing, "shards_planned": len(planned),
-            "shards_written": len(written), "instances": len(ids), "predicted": len(ids & done),
-            "engine_errors": len(failed & ids), "not_predicted": len(missing - failed)}
+    """status.json: whether the run is complete and current (`longeval.consistency`): every planned instance shard
+    committed, every planned instance (follow-up calls included) with a final prediction and a score from it.
+    Summaries of an incomplete run are partial, and say so."""
+    return check_root(root, cfg).as_status()
 
 
 def rows_with_meta(root: RunRoot, scores: pa.Table, family: str) -> dict[str, list[dict]]:
@@ -124,12 +117,6 @@ def rows_with_meta(root: RunRoot, scores: pa.Table, family: str) -> dict[str, li
     for row in scores.filter(pc.equal(scores["family"], family)).to_pylist():
         rows.setdefault(row["model_id"], []).append({**row, "meta": meta.get(row["instance_id"], "{}")})
     return dict(sorted(rows.items()))
-
-
-def planned_ids(cfg: Config, root: RunRoot) -> pa.Array:
-    """The instance ids of the current plan that the run root holds."""
-    cols = ["instance_id", "family", "task", "target_length", "seed", "index"]
-    return in_plan(cfg, root.read_stage("instances", INSTANCE_SCHEMA, columns=cols))["instance_id"]
 
 
 def summarise_root(root: RunRoot) -> RunResult:

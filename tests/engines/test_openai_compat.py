@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from longeval.cli import main
 from longeval.config import ApiConfig, load_config
+from longeval.consistency import PARTIAL_EXIT
 from longeval.engines.openai_compat import ApiPredictor, chat_messages, retry_after_s
 from longeval.errors import ConfigError
 from longeval.pipeline import run
@@ -90,6 +92,22 @@ def test_unreachable_server_is_retried_then_recorded() -> None:
     assert all(e.startswith("engine_error: api APIConnectionError") and "after 3 attempts" in e for e in rows["error"])
     usage = predictor.usage.record()
     assert usage["failed"] == 2 and usage["retries"] == 4 and usage["requests"] == 6
+
+
+def test_a_run_whose_every_request_failed_exits_non_zero_with_one_line(tmp_path: Path, tiny_model_path: Path,
+                                                                      capsys) -> None:
+    """Every request failed (nothing listens at the URL): the run is partial, says so in one line, exits 3."""
+    (port,) = _free_ports(1)
+    args = [*TINY, f"model.api.base_url=http://127.0.0.1:{port}/v1", "model.api.mode=completions",
+            "model.api.max_retries=0", "model.api.timeout_s=2", f"store.root={tmp_path}", "run_name=down"]
+    code = main(["run", *args])
+    lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
+    warnings = [line for line in lines if line.startswith("warning:")]
+    assert code == PARTIAL_EXIT, lines
+    assert len(warnings) == 1 and warnings[0].startswith(
+        f"warning: partial run {tmp_path / 'down'}: 6 of 6 instances are not predicted (6 engine errors, 0 not run "
+        "yet); the numbers cover 6 of 6 instances (6 engine errors count as 0). Rerun the same command to finish"), \
+        warnings
 
 
 # -- against the real server --------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from longeval.config import to_yaml, validate
+from longeval.consistency import prediction_fingerprints
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, content_id
 from longeval.stages.summarise import report
 from longeval.store import RunRoot
@@ -131,11 +132,14 @@ def build_run(path: str | Path, model: str, *, summarise: bool = True, max_model
     preds = [{"instance_id": inst["instance_id"], "model_id": model, "output": HOSTILE_OUTPUT if err else "42",
               "output_tokens": 3, "finish_reason": "stop", "cached_prompt_tokens": 0, "latency_s": 0.01, "error": ""}
              for inst, _, err in rows]
-    root.write_part("predictions", pa.Table.from_pylist(preds, schema=PREDICTION_SCHEMA))
+    predictions = pa.Table.from_pylist(preds, schema=PREDICTION_SCHEMA)
+    root.write_part("predictions", predictions)
+    fingerprints = prediction_fingerprints(predictions).to_pylist()  # each score from its prediction
     scores = [{"instance_id": inst["instance_id"], "model_id": model, "family": inst["family"], "task": inst["task"],
                "target_length": inst["target_length"], "depth": inst["depth"], "metric": "synthetic", "score": score,
                "parsed_answer": HOSTILE_OUTPUT if err else "42", "error_type": err, "extra": "{}",
-               "complexity": inst["complexity"]} for inst, score, err in rows]
+               "complexity": inst["complexity"], "prediction_fingerprint": fingerprint}
+              for (inst, score, err), fingerprint in zip(rows, fingerprints, strict=True)]
     root.write_table("scores", "scores", pa.Table.from_pylist(scores, schema=SCORE_SCHEMA))
     if summarise:
         report(cfg, root)
