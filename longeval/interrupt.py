@@ -96,14 +96,14 @@ def watch() -> Iterator[None]:
     try:
         yield
     finally:
-        _seen.clear()  # a Ctrl-C belongs to the block it ended: later work in this process runs normally
-        _terminated.clear()
         stop.set()
         signal.set_wakeup_fd(previous_fd)
         for sig, handler in previous_handlers.items():
             signal.signal(sig, handler)
         _handlers.clear()
-        thread.join(timeout=2)
+        thread.join(timeout=2)  # first: the reader may not have read the signal's byte yet, and would set the flag
+        _seen.clear()  # a Ctrl-C belongs to the block it ended: later work in this process runs normally
+        _terminated.clear()
         reader.close()
         writer.close()
 
