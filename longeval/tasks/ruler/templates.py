@@ -11,8 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-TEMPLATE_VERSION = "ruler-2025-c3f5e3b"
-"""Bumped whenever a template, or how a generator lays text around it, changes."""
+TEMPLATE_VERSION = "ruler-2025-c3f5e3b.2"
+"""Bumped whenever a template, or how a generator lays text around it, changes (.2: essay needles between
+sentences as RULER places them)."""
 
 TEMPLATES: dict[str, dict[str, str]] = {
     "niah": {

@@ -121,23 +121,97 @@ def test_line_haystacks_are_rulers_text(name: str, kind: str, ctx: GenContext) -
     assert inst.prompt == expected
 
 
-@pytest.mark.parametrize(("name", "template", "kind"), [
-    ("niah_single_2", NIAH_SINGULAR, "number"), ("niah_single_3", NIAH_SINGULAR, "uuid"),
-    ("niah_multikey_1", NIAH_SINGULAR, "number"), ("niah_multivalue", NIAH_PLURAL, "numbers"),
-    ("niah_multiquery", NIAH_PLURAL, "numbers"),
-])
-def test_essay_haystacks_are_rulers_text(name: str, template: str, kind: str, ctx: GenContext) -> None:
-    """Essay haystacks: sentence runs and needles joined by single spaces (`" ".join(document_sents_list)`)."""
-    inst = _instance(ctx, name)
+def _sent_tokenize(text: str) -> list[str]:
+    """Stand-in for nltk's `sent_tokenize` (not installed; its Punkt model is a download): a sentence ends at
+    '.', '!' or '?' followed by whitespace, as our corpus splits (longeval.text.corpus.SENTENCE_END)."""
+    return [s for s in re.split(r"(?<=[.!?])\s+", text) if s]
+
+
+def _ruler_essay_context(haystack: list[str], needles: list[str], depths: list[float]) -> str:
+    """niah.py, generate_input_output, essay branch, line by line (the needles already in RULER's shuffled order,
+    i.e. the order of the positions they get)."""
+    text = " ".join(haystack)
+    document_sents = _sent_tokenize(text.strip())
+    insertion_positions = [0] + \
+        sorted([int(len(document_sents) * (depth / 100)) for depth in depths]) + \
+        [len(document_sents)]
+    document_sents_list = []
+    for i in range(1, len(insertion_positions)):
+        last_pos = insertion_positions[i - 1]
+        next_pos = insertion_positions[i]
+        document_sents_list.append(" ".join(document_sents[last_pos:next_pos]))
+        if i - 1 < len(needles):
+            document_sents_list.append(needles[i - 1])
+    return " ".join(document_sents_list)
+
+
+def _check_essay_placement(inst: Instance, template: str, kind: str, corpus_words: list[str]) -> str:
+    """Our prompt is RULER's for the same haystack words, needles and depths; returns the context."""
     after = "\nWhat is the special" if template is NIAH_SINGULAR else "\nWhat are all the special"
     context = _between(inst.prompt, "afterwards.\n", after)
-    assert "\n" not in context and "  " not in context  # RULER: re.sub(r'\s+', " ", essay)
-    pieces = [p.strip() for p in NEEDLE.split(context)]
+    assert "\n" not in context  # RULER: re.sub(r'\s+', " ", essay)
     needles = NEEDLE.findall(context)
-    parts = [x for pair in zip(pieces, [*needles, ""], strict=True) for x in pair if x]
-    assert len(needles) == {"niah_multikey_1": 4, "niah_multivalue": 4, "niah_multiquery": 4}.get(name, 1)
-    expected = _fill(template, t=kind, context=" ".join(parts), query=_query(inst))
+    depths = json.loads(inst.meta)["depths"]
+    assert len(needles) == len(depths)
+    haystack = NEEDLE.sub(" ", context).split()
+    assert haystack == corpus_words[: len(haystack)]  # RULER's haystack[:num_haystack]
+    expected = _fill(template, t=kind, context=_ruler_essay_context(haystack, needles, depths), query=_query(inst))
     assert inst.prompt == expected
+    # The asked needle sits at the instance's depth: the first key's needle ranks where its depth does.
+    key = json.loads(inst.meta)["keys"][0]
+    ranks = [i for i, n in enumerate(needles) if f" for {key} is: " in n]
+    assert sorted(depths).index(inst.depth) in ranks
+    return context
+
+
+ESSAY_TASKS = [("niah_single_2", NIAH_SINGULAR, "number"), ("niah_single_3", NIAH_SINGULAR, "uuid"),
+               ("niah_multikey_1", NIAH_SINGULAR, "number"), ("niah_multivalue", NIAH_PLURAL, "numbers"),
+               ("niah_multiquery", NIAH_PLURAL, "numbers")]
+
+
+@pytest.fixture(scope="module")
+def corpus_words() -> list[str]:
+    from longeval.text.corpus import load_essays
+
+    return " ".join(load_essays().sentences).split()
+
+
+@pytest.mark.parametrize("length", [4096, 16384])
+@pytest.mark.parametrize(("name", "template", "kind"), ESSAY_TASKS)
+def test_essay_needles_sit_where_rulers_placement_puts_them(
+    name: str, template: str, kind: str, length: int, ctx: GenContext, corpus_words: list[str]
+) -> None:
+    """Needles between sentences, `" ".join` of sentence runs and needles: at depth 0 the context starts with the
+    join's space ("\\n One of"), at depth 100 the needle follows the cut last sentence and a space ("... \\nWhat")."""
+    for index in (0, 7, 19, 20, 39):  # depths 0, 18, 49, 51, 100
+        inst = _instance(ctx, name, index=index, length=length)
+        context = _check_essay_placement(inst, template, kind, corpus_words)
+        if index == 0:
+            assert context.startswith(" One of the special magic")
+        if index == 39:
+            assert re.search(NEEDLE.pattern + " $", context)  # after the cut last sentence, then the join's space
+        if 0 < index < 39 and len(json.loads(inst.meta)["depths"]) == 1:  # a lone needle amid sentences
+            assert not context.startswith(" ") and not context.endswith(" ")
+
+
+def test_needles_at_one_sentence_boundary_are_two_spaces_apart(encoder: Encoder, tmp_path: Path) -> None:
+    """Long sentences (word-chunked into several units) make few sentences, so two depths can fall on the same
+    boundary: RULER's empty run between them leaves two spaces; no needle ever sits inside a long sentence."""
+    folder = tmp_path / "essays"
+    folder.mkdir()
+    sentence = " ".join(f"{w}{i}" for i in range(30) for w in ("alpha", "beta", "gamma")).capitalize()
+    text = " ".join(f"{sentence} number {j}." for j in range(300))
+    (folder / "long.txt").write_text(text, encoding="utf-8")
+    ctx = GenContext(encoder=encoder, fmt=PromptFormat(chat_template=False), data=DataPaths(essay_dir=str(folder)))
+    words = " ".join(text.split()).split()
+    doubled = 0
+    for index in range(12):
+        inst = _instance(ctx, "niah_multikey_1", index=index, length=4096)
+        context = _check_essay_placement(inst, NIAH_SINGULAR, "number", words)
+        doubled += ".  One of the special" in context or context.startswith("  One of")
+        for m in NEEDLE.finditer(context):  # between sentences, or after the cut last one
+            assert m.start() <= 1 or context[: m.start()].rstrip().endswith(".") or m.end() >= len(context) - 1
+    assert doubled  # the case is exercised
 
 
 # -- VT (scripts/data/synthetic/variable_tracking.py) ----------------------------------------------------------
