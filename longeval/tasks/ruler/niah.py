@@ -305,8 +305,10 @@ def generate(
     frame: Frame = ctx.frame(user, prefix)
     budget = context_budget(frame, target_length, max_new_tokens)
     needle_tokens = sum(len(p) for _, p in placed)
-    if needle_tokens > budget:
-        raise_too_short(target_length, needle_tokens, budget)
+    # Essays: a needle after an empty sentence run or after the last sentence keeps a join space (_insert_sentences).
+    need = needle_tokens + (len(placed) + 1 if params.haystack == "essay" else 0)
+    if need > budget:
+        raise_too_short(target_length, need, budget)
 
     if params.haystack == "needle":
         pool = _pool(ctx, params, target_length)
