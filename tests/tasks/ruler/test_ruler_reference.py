@@ -20,13 +20,16 @@ import pytest
 from longeval.records import Instance
 from longeval.tasks import get_task
 from longeval.tasks.base import DataPaths, GenContext, instance_rng, make_instance, output_budget
+from longeval.text import words
 from longeval.text.corpus import NOISE
 from longeval.text.render import PromptFormat
 from longeval.text.tokenizer import Encoder, load_encoder
 from tests.qa_fixtures import hotpotqa_file, squad_file  # noqa: F401
 
 LENGTH = 2048
-NEEDLE = re.compile(r"One of the special magic (?:numbers|uuids) for \S+ is: \S+\.")
+NEEDLE = re.compile(r"One of the special magic (?:numbers|uuids) for .+? is: \S+\.")
+ENTRY = re.compile(r"\d+\. (.+?)(?= \d+\. |$)")
+"""A numbered word of CWE's list: RULER's words may hold a space ("creme brulee", "ad hoc")."""
 
 # RULER's NIAH template + answer prefix after its singular rewrite (niah.py, generate_input_output: with
 # num_needle_q * num_needle_v == 1, Some->A, 'are all'->is, are->is, answers->answer, type_needle_v[:-1]).
@@ -246,25 +249,43 @@ def test_vt_is_rulers_text(ctx: GenContext, encoder: Encoder) -> None:
 # -- CWE (scripts/data/synthetic/common_words_extraction.py, generate_input_output) ---------------------------
 
 
-@pytest.mark.parametrize("length", [2048, 4096])
-def test_cwe_is_rulers_text(length: int, ctx: GenContext) -> None:
-    """`few_shots + "\\n" + input_text`, each shot `template.format(context) + ' ' + '1. w 2. w ...'`."""
-    inst = _instance(ctx, "cwe", length=length)
+def _check_cwe(inst: Instance, length: int) -> list[str]:
+    """The CWE prompt is RULER's for the same words; returns the task's listed words."""
     head = CWE.split("{context}")[0]
     shot, task = inst.prompt.split("\n" + head, 1)
     task = head + task
     example_context = _between(shot, head, "\nQuestion:")
     answer = shot.rsplit("in the list are: ", 1)[1]
-    common = re.findall(r"\d+\. (\S+)", answer)
+    common = ENTRY.findall(answer)
     assert answer == " ".join(f"{i + 1}. {w}" for i, w in enumerate(common)) and len(common) == 10
-    words = re.findall(r"\d+\. (\S+)", example_context)
+    words = ENTRY.findall(example_context)
     assert example_context == " ".join(f"{i + 1}. {w}" for i, w in enumerate(words))
     assert len(words) == (40 if length < 4096 else 10 * 10 + 30 * 3)  # get_example(20, 3, 1) / (40, 10, 3)
     context = _between(task, "most often.\n", "\nQuestion:")
-    items = re.findall(r"\d+\. (\S+)", context)
+    items = ENTRY.findall(context)
     assert context == " ".join(f"{i + 1}. {w}" for i, w in enumerate(items))
     expected = _fill(CWE, context=example_context) + " " + answer + "\n" + _fill(CWE, context=context)
     assert inst.prompt == expected
+    return items
+
+
+@pytest.mark.parametrize("length", [2048, 4096])
+def test_cwe_is_rulers_text(length: int, ctx: GenContext) -> None:
+    """`few_shots + "\\n" + input_text`, each shot `template.format(context) + ' ' + '1. w 2. w ...'`."""
+    _check_cwe(_instance(ctx, "cwe", length=length), length)
+
+
+def test_cwe_words_with_a_space_are_listed_as_ruler_lists_them(ctx: GenContext) -> None:
+    """RULER's vocabulary keeps wonderwords' "creme brulee", "ad hoc", ...: one numbered entry each."""
+    spaced = {w for w in words.common_vocabulary() if " " in w}
+    for index in range(60):
+        items = _check_cwe(_instance(ctx, "cwe", index=index, length=4096), 4096)
+        found = spaced & set(items)
+        if found:
+            inst = _instance(ctx, "cwe", index=index, length=4096)
+            assert any(f". {w} " in inst.prompt or inst.prompt.endswith(f". {w}") for w in found)
+            return
+    pytest.fail(f"no CWE instance among 60 listed any of {sorted(spaced)}")
 
 
 # -- FWE (scripts/data/synthetic/freq_words_extraction.py, generate_input_output) ------------------------------
