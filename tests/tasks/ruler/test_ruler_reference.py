@@ -20,9 +20,11 @@ import pytest
 from longeval.records import Instance
 from longeval.tasks import get_task
 from longeval.tasks.base import DataPaths, GenContext, instance_rng, make_instance, output_budget
+from longeval.tasks.ruler import RULER_TASKS
 from longeval.text import words
 from longeval.text.corpus import NOISE
 from longeval.text.render import PromptFormat
+from longeval.text.ruler_format import RULER_MODEL_TEMPLATES
 from longeval.text.tokenizer import Encoder, load_encoder
 from tests.qa_fixtures import hotpotqa_file, squad_file  # noqa: F401
 
@@ -110,7 +112,11 @@ def _query(inst: Instance) -> str:
 def test_line_haystacks_are_rulers_text(name: str, kind: str, ctx: GenContext) -> None:
     """Noise and needle haystacks: `"\\n".join(sentences)` of whole noise paragraphs / needles, singular wording."""
     inst = _instance(ctx, name)
-    context = _between(inst.prompt, "afterwards.\n", "\nWhat is the special")
+    assert _check_lines(inst, inst.prompt, name, kind) == inst.prompt
+
+
+def _check_lines(inst: Instance, prompt: str, name: str, kind: str) -> str:
+    context = _between(prompt, "afterwards.\n", "\nWhat is the special")
     lines = context.split("\n")
     if name == "niah_single_1":  # sentences = [haystack] * num_haystack, the needle inserted among them
         needle = next(ln for ln in lines if ln != NOISE)
@@ -120,8 +126,7 @@ def test_line_haystacks_are_rulers_text(name: str, kind: str, ctx: GenContext) -
     else:  # sentences = distractor needles, plus the asked one inserted
         sentences = [ln for ln in lines if NEEDLE.fullmatch(ln)]
     assert len(sentences) == len(lines) > 10
-    expected = _fill(NIAH_SINGULAR, t=kind, context="\n".join(sentences), query=_query(inst))
-    assert inst.prompt == expected
+    return _fill(NIAH_SINGULAR, t=kind, context="\n".join(sentences), query=_query(inst))
 
 
 def _sent_tokenize(text: str) -> list[str]:
@@ -148,10 +153,12 @@ def _ruler_essay_context(haystack: list[str], needles: list[str], depths: list[f
     return " ".join(document_sents_list)
 
 
-def _check_essay_placement(inst: Instance, template: str, kind: str, corpus_words: list[str]) -> str:
-    """Our prompt is RULER's for the same haystack words, needles and depths; returns the context."""
+def _check_essay_placement(inst: Instance, template: str, kind: str, corpus_words: list[str], prompt: str = "") -> str:
+    """Our prompt (or `prompt`, its task text) is RULER's for the same haystack words, needles and depths; returns
+    the context."""
+    prompt = prompt or inst.prompt
     after = "\nWhat is the special" if template is NIAH_SINGULAR else "\nWhat are all the special"
-    context = _between(inst.prompt, "afterwards.\n", after)
+    context = _between(prompt, "afterwards.\n", after)
     assert "\n" not in context  # RULER: re.sub(r'\s+', " ", essay)
     needles = NEEDLE.findall(context)
     depths = json.loads(inst.meta)["depths"]
@@ -159,7 +166,7 @@ def _check_essay_placement(inst: Instance, template: str, kind: str, corpus_word
     haystack = NEEDLE.sub(" ", context).split()
     assert haystack == corpus_words[: len(haystack)]  # RULER's haystack[:num_haystack]
     expected = _fill(template, t=kind, context=_ruler_essay_context(haystack, needles, depths), query=_query(inst))
-    assert inst.prompt == expected
+    assert prompt == expected
     # The asked needle sits at the instance's depth: the first key's needle ranks where its depth does.
     key = json.loads(inst.meta)["keys"][0]
     ranks = [i for i, n in enumerate(needles) if f" for {key} is: " in n]
@@ -224,7 +231,11 @@ def test_vt_is_rulers_text(ctx: GenContext, encoder: Encoder) -> None:
     """Lines `"\\n".join(sentences)`; the example (sys_vartrack_w_noise_random at max_seq_length=500) is
     `input + " " + " ".join(outputs) + "\\n"`, put before the task with another '\\n'."""
     inst = _instance(ctx, "vt")
-    example, task = inst.prompt.split("\n\nMemorize and track", 1)
+    assert _check_vt(inst, inst.prompt, encoder) == inst.prompt
+
+
+def _check_vt(inst: Instance, prompt: str, encoder: Encoder) -> str:
+    example, task = prompt.split("\n\nMemorize and track", 1)
     task = "Memorize and track" + task
     icl_context = _between(example, "in the following text.\n\n", "\nQuestion: Find all")
     icl_value = re.search(r"VAR [A-Z]{3} = (\d{5})\n", icl_context).group(1)
@@ -242,17 +253,20 @@ def test_vt_is_rulers_text(ctx: GenContext, encoder: Encoder) -> None:
     value = json.loads(inst.meta)["value"]
     context = _between(task, "text.\n\n", "\nQuestion:")
     assert task == _fill(VT, context=context, query=value)
-    assert inst.prompt == icl_filled + " " + " ".join(icl_chain) + "\n" + "\n" + _fill(VT, context=context,
-                                                                                        query=value)
+    return icl_filled + " " + " ".join(icl_chain) + "\n" + "\n" + _fill(VT, context=context, query=value)
 
 
 # -- CWE (scripts/data/synthetic/common_words_extraction.py, generate_input_output) ---------------------------
 
 
-def _check_cwe(inst: Instance, length: int) -> list[str]:
-    """The CWE prompt is RULER's for the same words; returns the task's listed words."""
+def _check_cwe(inst: Instance, length: int, wrap: tuple[str, str] = ("", "")) -> list[str]:
+    """The CWE prompt is RULER's for the same words, in RULER's model template `wrap` (its text before and after
+    {task_template}; each shot is `Templates[...].format(...) + answer_prefix` filled, + ' ' + answer); returns the
+    task's listed words."""
     head = CWE.split("{context}")[0]
-    shot, task = inst.prompt.split("\n" + head, 1)
+    before, after = wrap
+    assert inst.prompt.startswith(before)
+    shot, task = inst.prompt[len(before) :].split("\n" + before + head, 1)
     task = head + task
     example_context = _between(shot, head, "\nQuestion:")
     answer = shot.rsplit("in the list are: ", 1)[1]
@@ -264,7 +278,9 @@ def _check_cwe(inst: Instance, length: int) -> list[str]:
     context = _between(task, "most often.\n", "\nQuestion:")
     items = ENTRY.findall(context)
     assert context == " ".join(f"{i + 1}. {w}" for i, w in enumerate(items))
-    expected = _fill(CWE, context=example_context) + " " + answer + "\n" + _fill(CWE, context=context)
+    prefix = " Answer: The top 10 words"
+    expected = (before + _fill(CWE, context=example_context).replace(prefix, after + prefix) + " " + answer + "\n"
+                + before + _fill(CWE, context=context).replace(prefix, after + prefix))
     assert inst.prompt == expected
     return items
 
@@ -294,11 +310,15 @@ def test_cwe_words_with_a_space_are_listed_as_ruler_lists_them(ctx: GenContext) 
 def test_fwe_is_rulers_text(ctx: GenContext) -> None:
     """`template.format(context=' '.join(sampled_words))`, the top-ranked word being vocab[0] = '...'."""
     inst = _instance(ctx, "fwe")
-    context = _between(inst.prompt, "coded words. ", "\nQuestion:")
+    assert _check_fwe(inst.prompt) == inst.prompt
+
+
+def _check_fwe(prompt: str) -> str:
+    context = _between(prompt, "coded words. ", "\nQuestion:")
     words = context.split(" ")
     assert all(w == "..." or re.fullmatch(r"[a-z]{6}", w) for w in words)
     assert max(set(words), key=words.count) == "..." and "...." not in words
-    assert inst.prompt == _fill(FWE, context=" ".join(words))
+    return _fill(FWE, context=" ".join(words))
 
 
 # -- QA (scripts/data/synthetic/qa.py, generate_input_output) --------------------------------------------------
@@ -311,15 +331,62 @@ def test_qa_is_rulers_text(name: str, ctx: GenContext) -> None:
     Documents are read as RULER's read_squad / read_hotpotqa do; ours may end with a cut distractor (kept on
     purpose, see docs/tasks/ruler.md), so the last one need only be a prefix of a document.
     """
+    inst = _instance(ctx, name)
+    assert _check_qa(inst, inst.prompt, name, ctx) == inst.prompt
+
+
+def _check_qa(inst: Instance, prompt: str, name: str, ctx: GenContext) -> str:
     from longeval.tasks.ruler.qa import load_qa
 
-    inst = _instance(ctx, name)
     data = load_qa("squad" if name == "qa_1" else "hotpotqa",
                    ctx.data.squad_path if name == "qa_1" else ctx.data.hotpotqa_path)
-    context = _between(inst.prompt, "given documents.\n\n", "\n\nAnswer the question based")
+    context = _between(prompt, "given documents.\n\n", "\n\nAnswer the question based")
     bodies = re.split(r"(?:^|\n\n)Document \d+:\n", context)[1:]
     docs = set(data.docs)
     assert all(b in docs for b in bodies[:-1]) and len(bodies) > 3
     assert any(d.startswith(bodies[-1]) for d in docs)
     rebuilt = "\n\n".join(f"Document {i + 1}:\n{d}" for i, d in enumerate(bodies))
-    assert inst.prompt == _fill(QA, context=rebuilt, query=json.loads(inst.meta)["query"])
+    return _fill(QA, context=rebuilt, query=json.loads(inst.meta)["query"])
+
+
+# -- RULER-format mode: every task in every RULER model template (scripts/data/prepare.py) ---------------------
+
+
+def _task_text(name: str, inst: Instance, prompt: str, ctx: GenContext, corpus_words: list[str]) -> str:
+    """RULER's base-format text for the contents of `prompt` (a task text and its answer prefix), by task."""
+    if name in ("niah_single_1", "niah_multikey_2", "niah_multikey_3"):
+        return _check_lines(inst, prompt, name, "uuid" if name == "niah_multikey_3" else "number")
+    if name == "vt":
+        return _check_vt(inst, prompt, ctx.encoder)
+    if name == "fwe":
+        return _check_fwe(prompt)
+    if name in ("qa_1", "qa_2"):
+        return _check_qa(inst, prompt, name, ctx)
+    _, template, kind = next(t for t in ESSAY_TASKS if t[0] == name)
+    _check_essay_placement(inst, template, kind, corpus_words, prompt)
+    return prompt
+
+
+@pytest.mark.parametrize("template", sorted(RULER_MODEL_TEMPLATES))
+def test_every_task_in_every_ruler_template_is_rulers_text(
+    template: str, encoder: Encoder, squad_file: Path, hotpotqa_file: Path, corpus_words: list[str],  # noqa: F811
+) -> None:
+    """`Templates[t].format(task_template=template) + answer_prefix`, filled: the task text between the
+    template's two halves, the answer prefix after; VT's example inside the turn (variable_tracking.py inserts it
+    after the model template's head); CWE's example a turn of its own (its shots format the wrapped template)."""
+    data = DataPaths(squad_path=str(squad_file), hotpotqa_path=str(hotpotqa_file))
+    ctx = GenContext(encoder=encoder, fmt=PromptFormat(chat_template=False, ruler_template=template), data=data)
+    before, after = RULER_MODEL_TEMPLATES[template].split("{task_template}")
+    for spec in RULER_TASKS:
+        inst = _instance(ctx, spec.name)
+        assert json.loads(inst.meta)["prompt_format"]["ruler_template"] == template
+        assert encoder.decode(inst.prompt_token_ids) == inst.prompt
+        assert list(inst.prompt_token_ids) == encoder.tokenizer.encode(inst.prompt, add_special_tokens=False)
+        if spec.name == "cwe":
+            _check_cwe(inst, LENGTH, (before, after))
+            continue
+        prefix = inst.answer_prefix
+        assert prefix and inst.prompt.startswith(before) and inst.prompt.endswith(after + prefix), spec.name
+        task = inst.prompt[len(before) : len(inst.prompt) - len(after + prefix)]
+        assert before + _task_text(spec.name, inst, task + prefix, ctx, corpus_words)[: -len(prefix)] + after \
+            + prefix == inst.prompt
