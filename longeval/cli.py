@@ -69,6 +69,9 @@ def _print_results(result) -> None:
     if result.summary is not None and result.summary.num_rows:
         console.print(render_results(result.summary, result.lengths, result.headline,
                                      incomplete=bool(status) and not status["complete"]))
+        note = _essay_line(result)
+        if note:
+            console.print(f"[bold yellow]not RULER's haystack:[/] {escape(note)}")
     if result.errors is not None and result.errors.num_rows:
         console.print(render_errors(result.errors))
     for family in FAMILIES.values():  # each family's own tables (SYNC's ladder, LongBench v2's Table 2, ...)
@@ -94,6 +97,20 @@ def _exit_code(*partial: bool) -> int:
     from longeval.consistency import PARTIAL_EXIT
 
     return PARTIAL_EXIT if any(partial) else 0
+
+
+def _essay_line(result) -> str:
+    """Under the results table, as in the HTML report and the README: essay-haystack scores on a corpus other
+    than RULER's Paul Graham essays are not comparable with RULER's table. A run root whose versions.json
+    cannot be read says nothing (the table stays what matters)."""
+    from longeval.errors import StoreError
+    from longeval.report.runs import essay_sentence, run_versions
+
+    try:
+        versions = run_versions(result.root)
+    except (StoreError, OSError, ValueError):
+        return ""
+    return essay_sentence(versions, result.summary)
 
 
 def cmd_run(overrides: list[str], stages: tuple[str, ...]) -> int:

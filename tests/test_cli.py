@@ -212,3 +212,42 @@ def test_ctrl_c_promises_kept_work_only_for_commands_that_write_a_run(capsys, mo
     assert code == 130
     assert ("finished shards and predictions are kept" in text) is kept
     assert text.startswith("interrupted")
+
+
+def test_the_results_table_says_when_the_essay_haystack_is_not_rulers(capsys, tmp_path) -> None:
+    """`longeval run` prints under its table what the HTML report and README say: essay-haystack scores on a
+    corpus other than Paul Graham's essays are not comparable with RULER's published table."""
+    import json
+
+    import pyarrow.compute as pc
+
+    from longeval.cli import _print_results
+    from longeval.report.runs import load_run
+    from longeval.stages.summarise import RunResult
+    from longeval.text.corpus import PAUL_GRAHAM, PYDOC
+    from tests.report.report_helpers import build_run
+
+    root = tmp_path / "run"
+    build_run(root, "model-a")
+    tables = dict(load_run(str(root)).tables)
+    tasks = tables["tasks"]
+    essay = pc.if_else(pc.equal(tasks["task"], "niah_single_1"), "niah_single_2", tasks["task"])
+    tables["tasks"] = tasks.set_column(tasks.schema.get_field_index("task"), "task", essay)
+    result = RunResult(root=str(root), tables=tables)
+    line = "not RULER's haystack: ruler/niah_single_2 ran on the essay haystack"
+
+    (root / "versions.json").write_text(json.dumps({"essay_corpus": {"name": PYDOC}}), encoding="utf-8")
+    _print_results(result)
+    out = " ".join(capsys.readouterr().out.split())
+    assert line in out and f"{PYDOC!r}, not RULER's Paul Graham essays" in out
+    assert "not comparable with RULER's published table" in out
+    assert out.index("not RULER's haystack") < out.index("results: ")
+    _print_results(RunResult(root=str(root), tables=load_run(str(root)).tables))  # no essay task: nothing to say
+    assert "not RULER's haystack" not in capsys.readouterr().out
+
+    (root / "versions.json").write_text(json.dumps({"essay_corpus": {"name": PAUL_GRAHAM}}), encoding="utf-8")
+    _print_results(result)
+    assert "not RULER's haystack" not in capsys.readouterr().out
+    (root / "versions.json").unlink()  # a run from before versions.json named the corpus
+    _print_results(result)
+    assert "not RULER's haystack" not in capsys.readouterr().out

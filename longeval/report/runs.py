@@ -28,8 +28,8 @@ from longeval.store import RunRoot
 from longeval.tasks import FAMILIES, TASKS
 from longeval.text.corpus import comparable_with_ruler
 
-__all__ = ["SUMMARY_NAMES", "RunData", "check_run", "family_rows", "has_rows", "instance_rows", "load_run",
-           "load_scores", "provenance_pairs", "slug", "unique_labels"]
+__all__ = ["SUMMARY_NAMES", "RunData", "check_run", "essay_note", "essay_sentence", "family_rows", "has_rows",
+           "instance_rows", "load_run", "load_scores", "provenance_pairs", "run_versions", "slug", "unique_labels"]
 
 COMMON_SUMMARY_NAMES = ("tasks", "lengths", "headline", "cumulative", "errors", "slices")
 SUMMARY_NAMES = COMMON_SUMMARY_NAMES + tuple(t.name for f in FAMILIES.values() for t in f.tables)
@@ -169,10 +169,16 @@ def check_run(root: RunRoot) -> Consistency:
 
 
 def essay_note(label: str, versions: dict[str, Any], tasks: pa.Table | None) -> str:
-    """A sentence when the run's essay-haystack tasks ran on a corpus other than RULER's (else "").
+    """A sentence when the run's essay-haystack tasks ran on a corpus other than RULER's (else ""), after `label`.
 
     Which tasks read the essay haystack is what their registered parameters say (`haystack == "essay"`).
     """
+    sentence = essay_sentence(versions, tasks)
+    return f"{label}: {sentence}" if sentence else ""
+
+
+def essay_sentence(versions: dict[str, Any], tasks: pa.Table | None) -> str:
+    """`essay_note` without its label: what the HTML report and the terminal table of `longeval run` both say."""
     name = (versions.get("essay_corpus") or {}).get("name")
     if not name or comparable_with_ruler(str(name)) or tasks is None or not tasks.num_rows:
         return ""
@@ -180,9 +186,15 @@ def essay_note(label: str, versions: dict[str, Any], tasks: pa.Table | None) -> 
     essay = [k for k in keys if k in TASKS and getattr(TASKS[k].params, "haystack", None) == "essay"]
     if not essay:
         return ""
-    return (f"{label}: {', '.join(essay)} ran on the essay haystack {name!r}, not RULER's Paul Graham essays, so "
+    return (f"{', '.join(essay)} ran on the essay haystack {name!r}, not RULER's Paul Graham essays, so "
             "these scores are not comparable with RULER's published table (`longeval data fetch-essays` fetches "
             "them; then suite.data.essay_dir).")
+
+
+def run_versions(uri: str) -> dict[str, Any]:
+    """A run root's versions.json ({} when it has none, as runs from before it was written)."""
+    root = RunRoot(uri)
+    return root.read_json("versions.json") if root.exists("versions.json") else {}
 
 
 def unique_labels(runs: list[RunData]) -> list[RunData]:

@@ -59,10 +59,11 @@ class GenContext:
         """A fingerprint of the data behind the instances: the essay corpus and the QA files' bytes."""
         return self.cached(("data_id",), lambda: data_fingerprint(self.data))
 
-    def frame(self, user_text: str, answer_prefix: str) -> Frame:
+    def frame(self, user_text: str, answer_prefix: str, *, example: tuple[str, str] = ("", "")) -> Frame:
         """The encoded frame of a user message with one `{context}` slot (`text.render.render_frame`): found as
-        text, not by `str.format`, so JSON braces elsewhere in the message stay as written."""
-        return render_frame(self.encoder, self.fmt, user_text, answer_prefix)
+        text, not by `str.format`, so JSON braces elsewhere in the message stay as written. `example`: a solved
+        example before it (its text, then its answer), a turn of its own in RULER's templates."""
+        return render_frame(self.encoder, self.fmt, user_text, answer_prefix, example=example)
 
     def frame_around(self, before: str, after: str, answer_prefix: str) -> Frame:
         """The frame of `before + context + after`, texts kept as written (no `{context}` slot to parse)."""

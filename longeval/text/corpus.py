@@ -33,34 +33,47 @@ MANIFEST = "corpus.json"
 """A folder's own description ({"name": ..., ...}), written by `longeval data fetch-essays`."""
 
 MAX_UNIT_WORDS = 48
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+"""A sentence longer than this (a code listing) is several units, so a word-level cut never searches a huge one;
+needles still go between sentences only (`Corpus.starts`)."""
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+"""Where a sentence ends: after '.', '!' or '?' and whitespace. RULER splits with nltk's `sent_tokenize` (Punkt's
+English model, which also knows abbreviations); nltk is not a dependency here and its model is a download."""
 
 
 @dataclass(frozen=True)
 class Corpus:
-    """Sentences (each with a leading space) and a fingerprint of the text they came from."""
+    """Units (sentences, or word chunks of long ones, each with a leading space) and a fingerprint of the text."""
 
     name: str
     sentences: tuple[str, ...]
     fingerprint: str
     words: int
+    starts: tuple[bool, ...] = ()
+    """Whether each unit begins a sentence (a long sentence's later chunks do not): needles go only there."""
+
+
+def split_units(text: str) -> list[tuple[str, bool]]:
+    """Whitespace-normalised sentences as units, each with whether it begins a sentence; very long sentences
+    (code listings) cut into word chunks."""
+    out: list[tuple[str, bool]] = []
+    for sentence in SENTENCE_END.split(" ".join(text.split())):
+        words = sentence.split()
+        for i in range(0, len(words), MAX_UNIT_WORDS):
+            out.append((" " + " ".join(words[i : i + MAX_UNIT_WORDS]), i == 0))
+    return [(s, start) for s, start in out if s.strip()]
 
 
 def split_sentences(text: str) -> list[str]:
     """Whitespace-normalised sentences; very long ones (code listings) cut into word chunks."""
-    out: list[str] = []
-    for sentence in _SENTENCE_END.split(" ".join(text.split())):
-        words = sentence.split()
-        for i in range(0, len(words), MAX_UNIT_WORDS):
-            out.append(" " + " ".join(words[i : i + MAX_UNIT_WORDS]))
-    return [s for s in out if s.strip()]
+    return [unit for unit, _ in split_units(text)]
 
 
 def _make(name: str, texts: list[str]) -> Corpus:
     joined = "\n\n".join(texts)
-    sentences = tuple(split_sentences(joined))
+    units = split_units(joined)
     digest = hashlib.sha256(joined.encode("utf-8")).hexdigest()[:16]
-    return Corpus(name=name, sentences=sentences, fingerprint=digest, words=len(joined.split()))
+    return Corpus(name=name, sentences=tuple(u for u, _ in units), fingerprint=digest, words=len(joined.split()),
+                  starts=tuple(s for _, s in units))
 
 
 @lru_cache(maxsize=4)

@@ -35,18 +35,20 @@ def context_budget(frame: Frame, target_length: int, max_new_tokens: int) -> int
     return budget
 
 
-def fit_context(encoder: Encoder, frame: Frame, budget: int, build: Callable[[int], Piece]) -> Piece:
+def fit_context(encoder: Encoder, frame: Frame, budget: int, build: Callable[[int], Piece], *,
+                opened: bool = False) -> Piece:
     """Build a context of at most `budget` tokens, allowing for the re-encoded first word.
 
     `build(b)` assembles a context for a budget `b`; removing (or adding) the leading space can change the count
     by a token, and so can a last item rendered differently, so we shrink and rebuild while it overflows.
+    `opened=True`: `build` already starts the context as it follows the template (see `open_context`).
 
     Raises:
         LengthError: four rebuilds still overflow (a `build` that ignores its budget).
     """
     target = budget
     for _ in range(4):
-        context = open_context(encoder, frame, build(target))
+        context = build(target) if opened else open_context(encoder, frame, build(target))
         if len(context) <= budget:
             return context
         target -= len(context) - budget

@@ -61,6 +61,19 @@ def strip_head(encoder: Encoder, context: Piece) -> Piece:
     return Piece(stripped, encoder.encode(stripped))  # rare: the first word merged across the boundary
 
 
+def drop_space(encoder: Encoder, context: Piece) -> Piece:
+    """Drop exactly one leading space (a second one stays), re-encoding only what precedes the first word's end:
+    for text laid out as `" ".join(parts)` whose first part may be empty (RULER's essay haystack, depth 0)."""
+    if not context.text.startswith(" "):
+        return context
+    rest = context.text[1:]
+    word = rest[: len(rest) - len(rest.lstrip(" "))] + rest.lstrip(" ").split(" ", 1)[0].split("\n", 1)[0]
+    spaced = encoder.encode(" " + word)
+    if len(spaced) <= len(context.ids) and np.array_equal(context.ids[: len(spaced)], spaced):
+        return Piece(rest, np.concatenate([encoder.encode(word), context.ids[len(spaced) :]]).astype(np.int32))
+    return Piece(rest, encoder.encode(rest))  # rare: the first word merged across the boundary
+
+
 def lead_with_space(encoder: Encoder, context: Piece) -> Piece:
     """Make a context start with a space (when the template's space before it moved into the context)."""
     if context.text.startswith(" ") or not context.text:

@@ -89,7 +89,8 @@ CONTEXT_SLOT = "{context}"
 example, `{"key": "value"}`) stay as written and need no escaping."""
 
 
-def render_frame(encoder: Encoder, fmt: PromptFormat, user_text: str, answer_prefix: str) -> Frame:
+def render_frame(encoder: Encoder, fmt: PromptFormat, user_text: str, answer_prefix: str, *,
+                 example: tuple[str, str] = ("", "")) -> Frame:
     """Render a user message that contains `{context}` exactly once into an encoded frame.
 
     The slot is split on as text (not `str.format`), so fill the template's other fields with `str.replace`
@@ -106,20 +107,28 @@ def render_frame(encoder: Encoder, fmt: PromptFormat, user_text: str, answer_pre
                           f"{user_text.count(CONTEXT_SLOT)}); to keep a literal '{{context}}' in data, use "
                           "render_parts (GenContext.frame_around) with the texts before and after the context")
     before, after = user_text.split(CONTEXT_SLOT)
-    return render_parts(encoder, fmt, before, after, answer_prefix)
+    return render_parts(encoder, fmt, before, after, answer_prefix, example=example)
 
 
-def render_parts(encoder: Encoder, fmt: PromptFormat, before: str, after: str, answer_prefix: str) -> Frame:
+def render_parts(encoder: Encoder, fmt: PromptFormat, before: str, after: str, answer_prefix: str, *,
+                 example: tuple[str, str] = ("", "")) -> Frame:
     """Render the user message `before + context + after` into an encoded frame.
 
     For texts that are data rather than templates (a LongBench v2 question, a TAIL option): they may hold a
-    literal "{context}", which must stay as written.
+    literal "{context}", which must stay as written. `example`: a solved example (its text, then what follows it:
+    answer prefix and answer), a turn of its own in RULER's templates (CWE's few-shot: RULER formats its wrapped
+    template with the example), else the start of the user message.
     """
+    outside = ""
+    if fmt.ruler_template is not None and example[0]:
+        outside = ruler_wrap(fmt.ruler_template, example[0]) + example[1]
+    else:
+        before = example[0] + example[1] + before
     marked = before + CONTEXT_MARKER + after
     prefix = "" if (fmt.reasoning or not fmt.answer_prefix) else answer_prefix
     tokenizer = encoder.tokenizer
     if fmt.ruler_template is not None:
-        full = ruler_wrap(fmt.ruler_template, marked)
+        full = outside + ruler_wrap(fmt.ruler_template, marked)
         special = _bos_unless_present(encoder, full)
     elif fmt.chat_template:
         if not getattr(tokenizer, "chat_template", None):

@@ -1,4 +1,9 @@
-"""Word lists for keys and distractors: the wonderwords lists RULER draws from."""
+"""Word lists for keys and distractors: the wonderwords lists RULER draws from, read as RULER reads them.
+
+RULER takes every line with trailing whitespace stripped (wonderwords' `_get_words_from_text_file`), so a few
+entries hold a space: nouns such as "creme brulee" and "dust storm", the adjective "ad hoc". They are words
+like the others: a CWE entry "12. creme brulee", a NIAH key "instinctive-dust storm".
+"""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from longeval.text.tokenizer import Encoder
 @lru_cache(maxsize=4)
 def _word_file(name: str) -> tuple[str, ...]:
     text = resources.files("wonderwords").joinpath("assets", name).read_text(encoding="utf-8")
-    return tuple(sorted({w.strip() for w in text.splitlines() if w.strip() and " " not in w.strip()}))
+    return tuple(sorted({w.rstrip() for w in text.splitlines() if w.rstrip()}))
 
 
 def nouns() -> tuple[str, ...]:

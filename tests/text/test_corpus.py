@@ -10,10 +10,12 @@ from longeval.errors import DataFileError
 from longeval.text.corpus import (
     MAX_UNIT_WORDS,
     NOISE,
+    _make,
     comparable_with_ruler,
     load_essays,
     noise_sentences,
     split_sentences,
+    split_units,
 )
 
 
@@ -78,6 +80,16 @@ def test_long_sentences_are_cut_into_units() -> None:
     units = split_sentences(text)
     assert [len(u.split()) for u in units] == [MAX_UNIT_WORDS, MAX_UNIT_WORDS, 5, 1]
     assert "".join(units).split() == text.split()
+
+
+def test_units_say_which_begin_a_sentence() -> None:
+    """Needles go only before a sentence's first unit, never between the word chunks of a long one."""
+    text = "Short one. " + " ".join(f"w{i}" for i in range(MAX_UNIT_WORDS + 3)) + "! Why? Done"
+    units = split_units(text)
+    assert [start for _, start in units] == [True, True, False, True, True]
+    assert [u for u, _ in units] == split_sentences(text)
+    corpus = _make("x", [text])
+    assert corpus.starts == (True, True, False, True, True) and len(corpus.starts) == len(corpus.sentences)
 
 
 def test_noise_sentences_are_rulers() -> None:

@@ -16,6 +16,7 @@ from longeval.text.pieces import (
     close_gap,
     concat,
     cut_words,
+    drop_space,
     end_line,
     lead_with_space,
     open_context,
@@ -163,6 +164,25 @@ def test_strip_head_on_a_built_context(encoder: Encoder) -> None:
     out = strip_head(encoder, context)
     assert out.text == "The first sentence. The second one."
     assert [int(t) for t in out.ids] == _ids(encoder, out.text)
+
+
+@SETTINGS
+@given(lead=st.sampled_from([" ", "  ", "   ", " \n"]), body=_TEXT)
+def test_drop_space_drops_one_space_and_keeps_tokenization(encoder: Encoder, lead: str, body: str) -> None:
+    assume(body.strip() and not body[0].isspace())
+    out = drop_space(encoder, piece(encoder, lead + body))
+    assert out.text == lead[1:] + body
+    assert [int(t) for t in out.ids] == _ids(encoder, out.text)
+
+
+def test_drop_space_on_a_built_context_keeps_a_second_space(encoder: Encoder) -> None:
+    """RULER's `" ".join(["", needle, ...])`: the context starts with the join's space, which stays."""
+    context = concat([piece(encoder, "  One of the special magic numbers."), piece(encoder, " The rest.")])
+    out = drop_space(encoder, context)
+    assert out.text == " One of the special magic numbers. The rest."
+    assert [int(t) for t in out.ids] == _ids(encoder, out.text)
+    unspaced = piece(encoder, "Already open.")
+    assert drop_space(encoder, unspaced) is unspaced
 
 
 @SETTINGS

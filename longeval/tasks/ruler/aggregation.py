@@ -68,7 +68,12 @@ def _cwe_list(common: list[str], uncommon: list[str], freq_cw: int, freq_ucw: in
     return [items[i] for i in rng.permutation(len(items))]
 
 
-def _cwe_example(params: CweParams, target_length: int, pool: list[str], rng) -> str:
+def _cwe_example(params: CweParams, target_length: int, pool: list[str], rng) -> tuple[str, str]:
+    """The solved example: its task text, and what follows it (answer prefix, answer, the newline before the task).
+
+    RULER (common_words_extraction.py, generate_input_output): `template.format(context=example) + ' ' + answer`,
+    the template being the model-wrapped one with its answer prefix, then "\n" and the task.
+    """
     short = target_length < params.short_below
     n_words, f_cw, f_ucw = (20, 3, 1) if short else (40, 10, 3)
     chosen = pool[:n_words]
@@ -76,7 +81,7 @@ def _cwe_example(params: CweParams, target_length: int, pool: list[str], rng) ->
     context = " ".join(f"{i + 1}. {w}" for i, w in enumerate(items))
     user, prefix = fill("common_words_extraction")
     answer = " ".join(f"{i + 1}. {w}" for i, w in enumerate(chosen[: params.num_cw]))
-    return user.replace("{context}", context) + prefix + " " + answer
+    return user.replace("{context}", context), prefix + " " + answer + "\n"
 
 
 def _compounds(need: int, rng: np.random.Generator) -> list[str]:
@@ -99,15 +104,15 @@ def generate_cwe(
 ) -> Draft:
     vocab = list(words.common_vocabulary())
     pool = [vocab[i] for i in rng.permutation(len(vocab))]
-    example = ""
+    example = ("", "")
     if params.icl_example:
         # RULER (common_words_extraction.py, generate_input_output): few_shots + "\n" + input_text.
-        example = _cwe_example(params, target_length, pool[-40:], rng) + "\n"
+        example = _cwe_example(params, target_length, pool[-40:], rng)
         pool = pool[:-40]
     short = target_length < params.short_below
     freq_cw, freq_ucw = (6, 1) if short else (params.freq_cw, params.freq_ucw)
     user, prefix = fill("common_words_extraction")
-    frame = ctx.frame(example + user, prefix)
+    frame = ctx.frame(user, prefix, example=example)
     # Two tokens of margin: the first entry loses its leading space, which can change its count by one.
     budget = context_budget(frame, target_length, max_new_tokens) - 2
     # A lower bound on tokens per uncommon word, (number + word) x its frequency, sizes the pool.

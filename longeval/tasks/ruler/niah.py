@@ -6,10 +6,13 @@ one of 40 depths evenly spaced over 0-100 %. Keys are adjective-noun pairs, numb
 UUIDs 32 hex digits. Multi-key adds distractor needles, multi-value puts several values under one key
 and multi-query asks for several keys at once; every queried value must be returned.
 
-Text layout as RULER's generator (scripts/data/synthetic/niah.py, generate_input_output): in the essay
-haystack needles sit between sentences, joined by spaces, and the context ends on a word; in the noise and
-needle haystacks every noise paragraph, the needle and each distractor needle is a line of its own
-("\n".join), and the context ends on a whole line. With one query and one value the template is singular.
+Text layout as RULER's generator (scripts/data/synthetic/niah.py, generate_input_output): the essay haystack
+is its first words, split into sentences; a needle at depth d goes before sentence int(S * (d / 100)) of the S
+sentences (the last one the cut one), and sentence runs and needles are joined by single spaces, so a needle at
+depth 0 follows a space, one after the last sentence is followed by one, and two at the same place have two
+between them. In the noise and needle haystacks every noise paragraph, the needle and each distractor needle
+is a line of its own ("\n".join), and the context ends on a whole line. With one query and one value the
+template is singular.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ from longeval.errors import ConfigError, LengthError
 from longeval.tasks.base import Draft, GenContext, draft
 from longeval.tasks.ruler.templates import fill
 from longeval.text import words
-from longeval.text.corpus import NOISE, load_essays
+from longeval.text.corpus import NOISE, SENTENCE_END, load_essays
 from longeval.text.fit import choose_lengths, context_budget, fit_context
-from longeval.text.pieces import EMPTY, Piece, Ragged, UnitStream, concat, end_line
+from longeval.text.pieces import EMPTY, Piece, Ragged, UnitStream, concat, drop_space, end_line
 from longeval.text.render import Frame
+from longeval.text.tokenizer import Encoder
 
 DEPTHS = tuple(int(d) for d in np.round(np.linspace(0, 100, num=40, endpoint=True)))
 """RULER's 40 insertion depths (percent)."""
@@ -104,23 +108,40 @@ def _needle_piece(ctx: GenContext, params: NiahParams, key: str, value: str) -> 
     return Piece(text, ctx.encoder.encode_followed(text) if _lines(params) else ctx.encoder.encode(text))
 
 
-def _haystack_stream(ctx: GenContext, params: NiahParams) -> UnitStream:
-    if params.haystack == "noise":
-        return ctx.cached(("noise-lines",), lambda: UnitStream(ctx.encoder, (NOISE + "\n",), followed=True))
+def _noise_stream(ctx: GenContext) -> UnitStream:
+    return ctx.cached(("noise-lines",), lambda: UnitStream(ctx.encoder, (NOISE + "\n",), followed=True))
+
+
+@dataclass(frozen=True)
+class Essays:
+    """The essay haystack as a unit stream, and which units begin a sentence."""
+
+    stream: UnitStream
+    starts: np.ndarray
+    wraps: bool
+    """Whether the text's last unit ends a sentence, so its first begins one again when the stream repeats."""
+
+    def sentence_units(self, n: int) -> np.ndarray:
+        """The units, of the first n of the cyclic stream, that begin a sentence."""
+        flags = np.resize(self.starts, n)
+        flags[len(self.starts) :: len(self.starts)] = self.wraps
+        return np.flatnonzero(flags)
+
+    def begins_sentence(self, unit: int) -> bool:
+        period = len(self.starts)
+        return self.wraps if unit >= period and unit % period == 0 else bool(self.starts[unit % period])
+
+
+def _essays(ctx: GenContext) -> Essays:
     corpus = load_essays(ctx.data.essay_dir)
-    return ctx.cached(("essay", corpus.fingerprint), lambda: UnitStream(ctx.encoder, corpus.sentences))
+    return ctx.cached(("essay-sentences", corpus.fingerprint), lambda: Essays(
+        UnitStream(ctx.encoder, corpus.sentences), np.array(corpus.starts, dtype=bool),
+        bool(SENTENCE_END.search(corpus.sentences[-1] + " "))))
 
 
-def _insert(stream: UnitStream, budget: int, needles: list[tuple[float, Piece]], *, whole: bool) -> Piece:
-    """Fill `budget` tokens with haystack and put each needle at the unit boundary nearest its depth.
-
-    `whole` (noise lines) stops at the last whole unit, as RULER's haystack does; otherwise (essays) a
-    word-level cut of the next sentence fills the rest, RULER's haystack being counted in words.
-    """
-    if whole:
-        n, tail = stream.units_within(budget), EMPTY
-    else:
-        n, tail = stream.fill(budget)
+def _insert_lines(stream: UnitStream, budget: int, needles: list[tuple[float, Piece]]) -> Piece:
+    """Fill `budget` tokens with whole noise lines and put each needle at the line boundary nearest its depth."""
+    n = stream.units_within(budget)
     parts: list[Piece] = []
     start = 0
     for depth, needle in sorted(needles, key=lambda item: item[0]):
@@ -129,8 +150,48 @@ def _insert(stream: UnitStream, budget: int, needles: list[tuple[float, Piece]],
         parts.append(needle)
         start = at
     parts.append(stream.slice(start, n))
-    parts.append(tail)
     return concat(parts)
+
+
+def _insert_sentences(essays: Essays, budget: int, needles: list[tuple[float, Piece]], follower: str) -> Piece:
+    """Fill `budget` tokens with essay text cut at a word, and put the needles between its sentences as RULER does.
+
+    RULER: `sents = sent_tokenize(text)`, positions `[0] + sorted(int(len(sents) * (depth / 100))) + [len(sents)]`,
+    and `" ".join` of the sentence runs between them and the needles. Our units carry a leading space, so the
+    result is that text with one space in front (see `_open`); an empty run keeps its join space, and a needle
+    after the last sentence is followed by one (`follower` is what the prompt has after the context).
+    """
+    stream, encoder = essays.stream, essays.stream.encoder
+    n, tail = stream.fill(budget)
+    bounds = essays.sentence_units(n).tolist()
+    if tail.text and essays.begins_sentence(n):
+        bounds.append(n)  # the cut sentence at the end is one of its own
+    end = n + 1 if tail.text else n  # position n stands for the cut
+    count = len(bounds)
+    ordered = sorted(needles, key=lambda item: item[0])
+    cuts = [0] + sorted(int(count * (depth / 100)) for depth, _ in ordered) + [count]
+    at = [bounds[k] if k < count else end for k in cuts]
+
+    def run(a: int, b: int) -> Piece:
+        return concat([stream.slice(a, min(b, n)), tail if a <= n < b else EMPTY])
+
+    parts: list[Piece] = []
+    for i, (_, needle) in enumerate(ordered):
+        parts.append(run(at[i], at[i + 1]))
+        lead = " " if cuts[i] == cuts[i + 1] else ""  # an empty run: " ".join leaves its space
+        trail = " " if i == len(ordered) - 1 and cuts[i + 1] == count else ""
+        if lead or trail:
+            text = lead + needle.text + trail
+            needle = Piece(text, encoder.encode_followed(text, follower) if trail else encoder.encode(text))
+        parts.append(needle)
+    parts.append(run(at[-2], at[-1]))
+    return concat(parts)
+
+
+def _open(encoder: Encoder, frame: Frame, context: Piece) -> Piece:
+    """The essay context as it follows the template: RULER's text (ours less its first space), or with the space
+    when the template's own space before the context moved into it."""
+    return context if frame.context_lead == " " else drop_space(encoder, context)
 
 
 def _encode_items(ctx: GenContext, kind: Kind, items: list[str]) -> list[np.ndarray]:
@@ -244,18 +305,23 @@ def generate(
     frame: Frame = ctx.frame(user, prefix)
     budget = context_budget(frame, target_length, max_new_tokens)
     needle_tokens = sum(len(p) for _, p in placed)
-    if needle_tokens > budget:
-        raise_too_short(target_length, needle_tokens, budget)
+    # Essays: a needle after an empty sentence run or after the last sentence keeps a join space (_insert_sentences).
+    need = needle_tokens + (len(placed) + 1 if params.haystack == "essay" else 0)
+    if need > budget:
+        raise_too_short(target_length, need, budget)
 
     if params.haystack == "needle":
         pool = _pool(ctx, params, target_length)
         build = lambda b: end_line(  # noqa: E731
             ctx.encoder, _needle_haystack(ctx, params, b - needle_tokens, placed, rng, taken, pool))
+    elif params.haystack == "noise":
+        stream = _noise_stream(ctx)
+        build = lambda b: end_line(ctx.encoder, _insert_lines(stream, b - needle_tokens, placed))  # noqa: E731
     else:
-        stream = _haystack_stream(ctx, params)
-        whole = params.haystack == "noise"
-        build = lambda b: _end(ctx, _insert(stream, b - needle_tokens, placed, whole=whole), whole)  # noqa: E731
-    context = fit_context(ctx.encoder, frame, budget, build)
+        essays, follower = _essays(ctx), frame.tail or "x"
+        build = lambda b: _open(  # noqa: E731
+            ctx.encoder, frame, _insert_sentences(essays, b - needle_tokens, placed, follower))
+    context = fit_context(ctx.encoder, frame, budget, build, opened=params.haystack == "essay")
     return draft(
         frame, context, references,
         depth=float(depth),
@@ -263,10 +329,6 @@ def generate(
         meta={"keys": query_keys, "depths": depths, "haystack": params.haystack,
               **({"corpus": load_essays(ctx.data.essay_dir).name} if params.haystack == "essay" else {})},
     )
-
-
-def _end(ctx: GenContext, context: Piece, lines: bool) -> Piece:
-    return end_line(ctx.encoder, context) if lines else context
 
 
 def raise_too_short(target_length: int, need: int, budget: int) -> None:

@@ -44,7 +44,10 @@ NIAH_TASKS = tuple(s.key for s in RULER_TASKS if s.name.startswith("niah"))
 # RULER's tokens_to_generate per task family.
 OUTPUT_BUDGET = {"niah": 128, "vt": 30, "cwe": 120, "fwe": 50, "qa": 32}
 
-NEEDLE = re.compile(r"One of the special magic (numbers|uuids|words) for (\S+) is: (\S+)\.")
+NEEDLE = re.compile(r"One of the special magic (numbers|uuids|words) for (.+?) is: (\S+)\.")
+"""A needle; keys may hold a space (RULER's word lists have "dust storm", "ad hoc")."""
+CWE_ENTRY = re.compile(r"(\d+)\. (.+?)(?= \d+\. |$)")
+"""A numbered CWE entry; words may hold a space ("creme brulee")."""
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 SEVEN_DIGITS = re.compile(r"[1-9][0-9]{6}")
 
@@ -339,7 +342,7 @@ def _check_vt(inst: Instance) -> None:
 
 def _check_cwe(inst: Instance) -> None:
     context = _context(inst)
-    entries = re.findall(r"(\d+)\. (\S+)", context)
+    entries = CWE_ENTRY.findall(context)
     assert [int(n) for n, _ in entries] == list(range(1, len(entries) + 1))
     counts = Counter(w for _, w in entries)
     meta = _meta(inst)
@@ -496,6 +499,21 @@ def test_plain_prompt_without_chat_template(spec: TaskSpec, encoder: Encoder, da
     assert inst.prompt.endswith(inst.answer_prefix) and inst.answer_prefix
     assert _floor(spec.key, 4096, encoder) <= inst.input_tokens + inst.max_new_tokens <= 4096
     assert encoder.tokenizer.decode(inst.prompt_token_ids) == inst.prompt
+
+
+@pytest.mark.parametrize("haystack", ["essay", "needle"])
+def test_needle_ids_of_keys_with_a_space_are_their_tokenization(haystack: str, ctx: GenContext) -> None:
+    """Keys like RULER's "instinctive-dust storm" or "ad hoc-creme brulee" assemble from their parts as well."""
+    from longeval.tasks.ruler.niah import NiahParams, needle_ids, needle_text
+
+    params = NiahParams(haystack=haystack)
+    keys = ["quiet-lamp", "bold-river", "tiny-stone", "instinctive-dust storm", "ad hoc-creme brulee",
+            "blue-eyed-contact lens"]
+    values = [str(1234567 + i) for i in range(len(keys))]
+    encode = ctx.encoder.encode_followed if haystack == "needle" else ctx.encoder.encode
+    expected = [encode(needle_text(params, k, v)).tolist() for k, v in zip(keys, values, strict=True)]
+    assert [ids.tolist() for ids in needle_ids(ctx, params, keys, values)] == expected
+    assert all(_is_adjective_noun(k) for k in keys[3:])
 
 
 # -- NIAH depth --------------------------------------------------------------------------------------
