@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
@@ -17,7 +16,7 @@ from longeval.engines.vllm_engine import Request, VllmEngine
 from longeval.errors import ConfigError
 from longeval.pipeline import run
 from longeval.plan import make_plan
-from longeval.records import PREDICTION_SCHEMA, SCORE_SCHEMA, Instance, Prediction
+from longeval.records import PREDICTION_SCHEMA, SCORE_SCHEMA, Instance, Prediction, prediction_table
 from longeval.scoring import score_prediction
 from longeval.stages.generate import generate_shard, make_context
 from longeval.store import RunRoot
@@ -45,11 +44,12 @@ def _outputs(engine: StandInEngine, requests: list[Request], **kwargs) -> dict[s
 def test_rows_have_the_prediction_schema():
     rows = _outputs(_engine(), _requests(20))
     assert len(rows) == 20
-    # The replica's writer adds model_id, replica and node, then writes with the prediction schema.
+    # The replica's writer adds model_id, replica and node, then builds its table with `prediction_table`, which
+    # stamps each row's `attempt`.
     extra = {"model_id": "stand-in", "replica": "pool0/r0", "node": "n"}
-    table = pa.Table.from_pylist([{**row, **extra} for row in rows.values()], schema=PREDICTION_SCHEMA)
-    assert set(table.column_names) == set(PREDICTION_SCHEMA.names)
-    assert set(next(iter(rows.values()))) | set(extra) == set(PREDICTION_SCHEMA.names)
+    table = prediction_table([{**row, **extra} for row in rows.values()])
+    assert set(table.column_names) == set(PREDICTION_SCHEMA.names) and table["attempt"].null_count == 0
+    assert set(next(iter(rows.values()))) | set(extra) | {"attempt"} == set(PREDICTION_SCHEMA.names)
     for row in rows.values():
         Prediction.from_row({**row, **extra})
         assert row["error"] == "" and row["finish_reason"] == "stop" and row["output_tokens"] >= 1
