@@ -7,8 +7,9 @@ import logging
 import os
 import socket
 import tempfile
+import time
 
-from longeval import interrupt
+from longeval import interrupt, reaper
 from longeval.config import Config
 from longeval.errors import ConfigError, LongevalError
 from longeval.store import RunRoot
@@ -77,8 +78,10 @@ def init_ray(cfg: Config) -> None:
     else:
         temp_dir = ray_temp_dir()
         running = running_ray(temp_dir)
+        started = time.time()
         ray.init(address="local", num_cpus=cfg.cluster.num_cpus or max(2, os.cpu_count() or 2), _temp_dir=temp_dir,
                  **kwargs)
+        reaper.watch(started)  # else a kill -9 of this process leaves Ray's agents running for a minute
         if running:
             log.warning("Ray: another Ray runs on this machine (%s); this run started a private local Ray of its "
                         "own (%s). To run on that one instead: cluster.address=%s (or RAY_ADDRESS=%s)",
