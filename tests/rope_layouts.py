@@ -17,6 +17,12 @@ YARN_WITH_THETA = {"rope_scaling": {**YARN_DOCUMENTED["rope_scaling"], "rope_the
 YARN_PARAMETERS = {"rope_parameters": {**YARN_DOCUMENTED["rope_scaling"], "rope_theta": 500000.0},
                    "max_position_embeddings": 131072}
 
+QWEN_YARN = {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768,
+                                 "rope_theta": 1000000.0}, "max_position_embeddings": 131072}
+"""Qwen2.5's YaRN x4 recipe for its 32K models, with Qwen2.5-7B-Instruct's base inside."""
+QWEN_1M_YARN_LLAMA_BASE = {"rope_parameters": {**YARN_WITH_THETA["rope_scaling"]}, "max_position_embeddings": 131072}
+"""The Llama recipe (base 500000 inside) copied onto a Qwen2.5-1M checkpoint (base 1e7): the wrong base."""
+
 LAYOUTS: dict[str, dict[str, Any]] = {
     # Llama-3.1 as its hub config.json (legacy: rope_scaling next to a top-level rope_theta)
     "llama31_legacy": {"rope_theta": 500000.0, "rope_scaling": LLAMA3, "max_position_embeddings": 131072},
@@ -27,7 +33,14 @@ LAYOUTS: dict[str, dict[str, Any]] = {
     "qwen25_1m_no_dca": {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "rope_theta": 10000000.0,
                          "max_position_embeddings": 1010000, "sliding_window": 32768, "use_sliding_window": False,
                          "max_window_layers": 2, "attention_bias": True},
-    # UltraLong-like: Llama-3.1 base with YaRN in config.json (the real file's numbers are unconfirmed)
+    # Qwen2.5-7B-Instruct (32K, base 1e6): the checkpoint Qwen's model card extends with YaRN x4 (QWEN_YARN)
+    "qwen25_32k": {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "rope_theta": 1000000.0,
+                   "max_position_embeddings": 32768, "sliding_window": 32768, "use_sliding_window": False,
+                   "max_window_layers": 2, "attention_bias": True},
+    # UltraLong-like: Llama-3.1 base with YaRN in config.json. An ASSUMPTION, not the published file: the real
+    # config.json of nvidia/Llama-3.1-8B-UltraLong-1M-Instruct was not reachable (conf/model/ultralong8b_1m.yaml);
+    # factor 128 from 8192 is 1,048,576 / 8192, the base is Llama-3.1-8B-Instruct's. The preset states no rope keys,
+    # so what the engine test pins is vLLM's handling of a YaRN config.json, not UltraLong's numbers.
     "ultralong_yarn": {"rope_theta": 500000.0, "max_position_embeddings": 1048576,
                        "rope_scaling": {"rope_type": "yarn", "factor": 128.0,
                                         "original_max_position_embeddings": 8192}},

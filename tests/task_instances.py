@@ -1,9 +1,9 @@
 """Instances of every registered task, built the way the pipeline builds them: what the tests that loop over the
 registry (the task contract, the scorers' linear-time check) share.
 
-A family declares what these need on its `TaskSpec`s (`min_length`), so it edits nothing here. The generation
-context holds small samples of the user data files the registry's `DataPaths` name (SQuAD, HotpotQA, LongBench
-v2) and a TAIL dataset; a synthetic family needs none of them.
+A family declares what these need, so it edits nothing here: the length on its `TaskSpec`s (`min_length`), and the
+data files its tasks read as `Family.sample_data` (RULER's SQuAD and HotpotQA, LongBench v2's file, TAIL's built
+dataset), which the generation context is made of; a synthetic family declares none.
 """
 
 from __future__ import annotations
@@ -14,12 +14,10 @@ from pathlib import Path
 import pytest
 
 from longeval.records import Instance, Prediction
-from longeval.tasks import TASKS, configure
+from longeval.tasks import FAMILIES, TASKS, configure
 from longeval.tasks.base import DataPaths, GenContext, TaskSpec, context_rng, instance_rng, make_instance, output_budget
+from longeval.tasks.family import SampleData
 from longeval.text import Encoder, PromptFormat, load_encoder
-from tests.qa_fixtures import hotpotqa_file, squad_file  # noqa: F401  (fixtures task_ctx uses)
-from tests.tasks.longbench_v2.lb2_helpers import make_item, write_json
-from tests.tasks.tail.tail_helpers import build_dataset, domain_of
 
 SEED = 97
 SMALLEST_LENGTH = 2048
@@ -37,15 +35,27 @@ def task_encoder(smollm2_path: Path) -> Encoder:
     return load_encoder(str(smollm2_path))
 
 
+def family_samples(folder: Path) -> dict[str, SampleData]:
+    """Every registered family's sample data, written under `folder/<family>` (families without any left out)."""
+    return {name: family.sample_data(folder / name) for name, family in FAMILIES.items()
+            if family.sample_data is not None}
+
+
+def sample_context(encoder: Encoder, folder: Path) -> GenContext:
+    """A generation context made of every registered family's sample data (written under `folder`)."""
+    data: dict[str, str] = {}
+    params: dict[str, dict] = {}
+    for sample in family_samples(folder).values():
+        data.update(sample.data)
+        for key, values in sample.params.items():
+            params[key] = {**params.get(key, {}), **values}
+    return GenContext(encoder=encoder, fmt=PromptFormat(), data=DataPaths(**data), task_overrides=params)
+
+
 @pytest.fixture(scope="module")
-def task_ctx(task_encoder: Encoder, squad_file: Path, hotpotqa_file: Path,  # noqa: F811
-             tmp_path_factory: pytest.TempPathFactory) -> GenContext:
-    """A generation context in which every registered task can generate: the data files and the TAIL dataset."""
-    folder = tmp_path_factory.mktemp("task-data")
-    longbench = write_json(folder / "longbench_v2.json", [make_item(i) for i in range(4)])
-    tail = build_dataset(folder / "tail", [domain_of("finance", 1100), domain_of("law", 1000)], (0.25, 0.5, 0.75))
-    data = DataPaths(squad_path=str(squad_file), hotpotqa_path=str(hotpotqa_file), longbench_v2_path=longbench)
-    return GenContext(encoder=task_encoder, fmt=PromptFormat(), data=data, task_overrides={"tail": {"dataset": tail}})
+def task_ctx(task_encoder: Encoder, tmp_path_factory: pytest.TempPathFactory) -> GenContext:
+    """A generation context in which every registered task can generate: each family's sample data, if it has any."""
+    return sample_context(task_encoder, tmp_path_factory.mktemp("task-data"))
 
 
 def task_instance(ctx: GenContext, key: str, index: int = 0) -> Instance:

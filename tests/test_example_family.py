@@ -22,12 +22,12 @@ from longeval.records import Instance
 from longeval.scoring import score_prediction
 from longeval.stages.generate import generate_shard
 from longeval.tasks import FAMILIES, TASKS, register
-from longeval.tasks.base import GenContext
-from longeval.tasks.family import Family
+from longeval.tasks.base import Draft, GenContext, TaskSpec
+from longeval.tasks.family import Family, SampleData
 from longeval.text import Encoder, load_encoder
 from tests.example_family import FAMILY
-from tests.example_family.kv_retrieval import KvParams
-from tests.task_instances import prediction
+from tests.example_family.kv_retrieval import KvParams, generate
+from tests.task_instances import prediction, sample_context, task_instance
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "lost_in_the_middle/kv_retrieval"
@@ -81,6 +81,46 @@ def test_a_frame_keeps_json_braces_and_refuses_a_format_escaped_slot(encoder):
     assert '{"value": "..."}' in frame.head and '{"k": 1}' in frame.tail
     with pytest.raises(ConfigError, match="not str.format"):
         ctx.frame("Data:\n{{context}}\nKey: x", "")
+
+
+@dataclasses.dataclass(frozen=True)
+class FileKvParams(KvParams):
+    path: str = ""
+    """A JSON file of the depths to ask at: the family's own data file, named by a parameter."""
+
+
+def _generate_from_file(ctx: GenContext, params: FileKvParams, **kwargs) -> Draft:
+    depths = tuple(json.loads(Path(params.path).read_text(encoding="utf-8")))
+    return generate(ctx, KvParams(depths=depths), **kwargs)
+
+
+def _write_depths(folder: Path) -> SampleData:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "depths.json").write_text("[37.0]", encoding="utf-8")
+    return SampleData(params={"kv_from_file": {"path": str(folder / "depths.json")}})
+
+
+FILE_FAMILY = Family(
+    name="kv_file", title="KV from a file", intro="The example, asking at the depths its data file lists.",
+    tasks=(TaskSpec("kv_file", "kv_from_file", FileKvParams(), _generate_from_file, "string_match_all", 64,
+                    judge=FAMILY.tasks[0].judge),),
+    sample_data=_write_depths)
+
+
+def test_a_family_with_its_own_data_file_brings_its_sample(encoder, tmp_path):
+    """The tests over every family generate from the registry's sample data: a family that reads a file of its
+    own declares `sample_data` in its package and edits nothing in tests/ (issue #26, part 3)."""
+    register(FILE_FAMILY)
+    try:
+        ctx = sample_context(encoder, tmp_path)
+        assert ctx.task_overrides["kv_from_file"] == {"path": str(tmp_path / "kv_file" / "depths.json")}
+        assert ctx.data.squad_path and ctx.data.longbench_v2_path  # the built-in families' samples too
+        instance = task_instance(ctx, "kv_file/kv_from_file")
+        assert instance.depth == 37.0  # read from the sample file
+        assert instance.input_tokens + instance.max_new_tokens == instance.target_length == 2048
+    finally:
+        FAMILIES.pop(FILE_FAMILY.name, None)
+        TASKS.pop("kv_file/kv_from_file", None)
 
 
 def test_the_tests_over_every_family_pass_with_the_example_registered():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,15 @@ from longeval.capacity import check_runnable
 from longeval.config import ModelConfig, load_config
 from longeval.errors import ConfigError
 from longeval.rope import Rotary, check_built, check_rope_overrides, declared_rotary, vllm_rotary
-from tests.rope_layouts import LAYOUTS, YARN_DOCUMENTED, YARN_PARAMETERS, YARN_WITH_THETA, layout_config
+from tests.rope_layouts import (
+    LAYOUTS,
+    QWEN_1M_YARN_LLAMA_BASE,
+    QWEN_YARN,
+    YARN_DOCUMENTED,
+    YARN_PARAMETERS,
+    YARN_WITH_THETA,
+    layout_config,
+)
 
 TINY = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "num_attention_heads": 2,
         "num_key_value_heads": 1, "head_dim": 64, "num_hidden_layers": 2, "max_position_embeddings": 32768,
@@ -117,7 +127,8 @@ def test_check_built_compares_class_base_and_factor() -> None:
 CROSS = [("llama31_legacy", {}), ("llama31_rope_parameters", {}), ("llama31_legacy", YARN_DOCUMENTED),
          ("llama31_rope_parameters", YARN_DOCUMENTED), ("llama31_legacy", YARN_WITH_THETA),
          ("llama31_rope_parameters", YARN_PARAMETERS), ("llama31_legacy", {"rope_theta": 1e6}),
-         ("qwen25_1m_no_dca", {}), ("ultralong_yarn", {})]
+         ("qwen25_1m_no_dca", {}), ("ultralong_yarn", {}), ("qwen25_1m_no_dca", YARN_DOCUMENTED),
+         ("qwen25_1m_no_dca", QWEN_1M_YARN_LLAMA_BASE), ("qwen25_32k", QWEN_YARN), ("qwen25_32k", YARN_DOCUMENTED)]
 
 
 def test_vllm_rotary_matches_vllms_own_config_handling(tmp_path: Path) -> None:
@@ -139,8 +150,71 @@ def test_vllm_rotary_matches_vllms_own_config_handling(tmp_path: Path) -> None:
 
 
 PRESETS = sorted(p.stem for p in (Path(__file__).parents[1] / "conf" / "model").glob("*.yaml"))
+ROPE_UNCONFIRMED = {"ultralong8b_1m": "its published config.json was not reachable (conf/model/ultralong8b_1m.yaml)"}
+"""Presets with an architecture block that state no rope keys, and why."""
+ROPE_KEYS = ("rope_theta", "rope_scaling", "rope_parameters")
+
+
+def _architecture(preset: str) -> dict:
+    return dict(load_config([f"model={preset}"]).model.architecture)
+
+
+ARCH_PRESETS = [p for p in PRESETS if _architecture(p)]
+ROPE_PRESETS = [p for p in ARCH_PRESETS if p not in ROPE_UNCONFIRMED]
 
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_model_preset_passes_the_rope_check(preset: str) -> None:
     check_runnable(load_config([f"model={preset}"]).model)
+
+
+@pytest.mark.parametrize("preset", ARCH_PRESETS)
+def test_a_preset_with_an_architecture_block_states_its_checkpoints_rope_base(preset: str) -> None:
+    """Without the weights at hand the architecture block is the checkpoint's config: it must carry the base, or a
+    rope override with the wrong one would pass the check (before issue 26's leftovers, Qwen2.5-1M's did not)."""
+    arch = _architecture(preset)
+    if preset in ROPE_UNCONFIRMED:
+        assert not any(key in arch for key in ROPE_KEYS), "a preset states no rope numbers it cannot source"
+        return
+    assert arch.get("rope_theta"), f"{preset}: set model.architecture.rope_theta to its config.json's"
+
+
+@pytest.mark.parametrize("preset", ROPE_PRESETS)
+def test_each_presets_rope_block_is_a_layout_the_engine_test_builds(preset: str) -> None:
+    """tests/engines/test_rotary_embedding.py starts a real engine on every layout in LAYOUTS; each preset's rope
+    keys are one of them, so each preset's rotary embedding is measured, not only predicted."""
+    arch = _architecture(preset)
+    mine = {key: arch.get(key) for key in ROPE_KEYS} | {"model_type": arch.get("model_type", "llama")}
+    layouts = {name: {key: layout.get(key) for key in ROPE_KEYS} | {"model_type": layout.get("model_type", "llama")}
+               for name, layout in LAYOUTS.items()}
+    assert mine in layouts.values(), f"{preset}'s rope keys {mine} are in no layout of tests/rope_layouts.py"
+
+
+@pytest.mark.parametrize("preset", ROPE_PRESETS)
+def test_a_preset_alone_refuses_the_recipe_without_its_base_and_names_it(preset: str) -> None:
+    """The preset alone (no config.json at /models here): the recipe without rope_theta is refused with the preset's
+    own base in the fix, and passes with it. (Before, a Qwen2.5-1M preset could only say "has no rope_theta".)"""
+    model = load_config([f"model={preset}"]).model
+    base = float(_architecture(preset)["rope_theta"])
+    with pytest.raises(ConfigError, match=re.escape(f"put rope_theta: {base:g} inside")):
+        check_runnable(replace(model, engine_kwargs={"hf_overrides": YARN_DOCUMENTED}))
+    right = {"rope_parameters": {**YARN_DOCUMENTED["rope_scaling"], "rope_theta": base},
+             "max_position_embeddings": 131072}
+    check_runnable(replace(model, engine_kwargs={"hf_overrides": right}))
+
+
+def test_a_base_written_in_the_override_is_taken_as_meant() -> None:
+    """A rope_theta inside the override is the user's declared base (a base change is a technique of its own), so
+    the Llama recipe's 500000 copied onto Qwen2.5-1M (1e7) passes the check and is what vLLM builds: the docs
+    say to copy the checkpoint's own base."""
+    config = cfg("qwen25_1m_no_dca")
+    assert vllm_rotary(config, QWEN_1M_YARN_LLAMA_BASE) == declared_rotary(config, QWEN_1M_YARN_LLAMA_BASE)
+    assert check_rope_overrides(config, QWEN_1M_YARN_LLAMA_BASE).base == 500000.0
+
+
+def test_qwen25_yarn_recipe_keeps_its_base_with_or_without_rope_theta() -> None:
+    """Qwen2.5-7B-Instruct's base is vLLM's Qwen2 default (1e6), so its model card's recipe is right either way;
+    the same recipe on Qwen2.5-1M (1e7) is not (test_qwen_1m_without_dual_chunk_attention_keeps_its_base)."""
+    config = cfg("qwen25_32k")
+    assert check_rope_overrides(config, QWEN_YARN) == Rotary("yarn", 1e6, 4.0, 32768)
+    assert check_rope_overrides(config, YARN_DOCUMENTED) == Rotary("yarn", 1e6, 4.0, 32768)

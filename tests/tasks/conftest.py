@@ -1,4 +1,3 @@
 """Fixtures of the tests over every registered task (tests/task_instances.py): a family edits nothing here."""
 
-from tests.qa_fixtures import hotpotqa_file, squad_file  # noqa: F401
 from tests.task_instances import task_ctx, task_encoder  # noqa: F401

@@ -19,6 +19,8 @@ and every registered family:
 - R10 tables named once: its summary tables have distinct names.
 - R11 panels well-formed: each dashboard panel shows either metrics or a table, a metrics panel has a title,
   and metric bars come from a table that gives summary metrics.
+- R12 sample data declared: a task that reads a `DataPaths` file (`TaskSpec.needs`) belongs to a family whose
+  `sample_data` writes it; the instances above are generated from every family's sample data.
 
 A new family gets these checks by registering; nothing here names one.
 """
@@ -26,6 +28,7 @@ A new family gets these checks by registering; nothing here names one.
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,7 +36,7 @@ import pytest
 from longeval.scoring import score_prediction
 from longeval.tasks import FAMILIES, TASKS
 from longeval.tasks.base import GenContext
-from tests.task_instances import length_of, prediction, reference_answer, task_instance
+from tests.task_instances import family_samples, length_of, prediction, reference_answer, task_instance
 
 JUNK = "Lorem ipsum \x00\x1f ??? [1, 2 \\boxed{ Answer: Option (Z) <think> 🙂" * 20
 
@@ -82,3 +85,14 @@ def test_every_family_names_its_tables_once_and_declares_panels_well() -> None:
         if any(panel.metrics for panel in family.panels):
             assert any(table.metrics for table in family.tables), (
                 f"R11 panels well-formed: {name}: metric bars but no table gives summary metrics")
+
+
+def test_a_task_that_reads_data_files_has_its_family_write_samples(tmp_path_factory: pytest.TempPathFactory) -> None:
+    samples = family_samples(tmp_path_factory.mktemp("samples"))
+    for name, family in FAMILIES.items():
+        needs = {field for spec in family.tasks for field in spec.needs}
+        given = samples[name].data if name in samples else {}
+        assert needs <= set(given), (f"R12 sample data declared: {name} reads {sorted(needs - set(given))}: "
+                                     f"declare Family.sample_data writing them")
+        for field, path in given.items():
+            assert Path(path).exists(), f"R12 sample data declared: {name}'s {field} {path} was not written"

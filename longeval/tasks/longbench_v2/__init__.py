@@ -25,6 +25,7 @@ from longeval.tasks.longbench_v2.data import (
     select,
 )
 from longeval.tasks.longbench_v2.prompts import fingerprint as prompt_fingerprint
+from longeval.tasks.longbench_v2.samples import sample_data
 from longeval.tasks.longbench_v2.scoring import (
     ERROR_TYPES,
     GUESS_SCORE,
@@ -94,7 +95,7 @@ LONGBENCH_V2_SCORERS: dict[str, Judge] = {METRIC: score_longbench_v2}
 
 
 FAMILY = Family(
-    name="longbench_v2", title="LongBench v2", tasks=LONGBENCH_V2_TASKS,
+    name="longbench_v2", title="LongBench v2", tasks=LONGBENCH_V2_TASKS, sample_data=sample_data,
     intro="LongBench v2's Table 2: accuracy overall, by difficulty, by length bucket (short < 32k, "
           "medium 32k–128k, long > 128k words) and by domain. Compensated accuracy counts an "
           "unparseable answer as a 0.25 guess (its Table 5); chance is 25.",

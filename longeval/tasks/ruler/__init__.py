@@ -13,6 +13,7 @@ from longeval.tasks.ruler import aggregation, niah, qa, variable_tracking
 from longeval.tasks.ruler.aggregation import CweParams, FweParams
 from longeval.tasks.ruler.niah import NiahParams
 from longeval.tasks.ruler.qa import QaParams
+from longeval.tasks.ruler.samples import sample_data
 from longeval.tasks.ruler.templates import prompt_fingerprint
 from longeval.tasks.ruler.variable_tracking import VtParams
 
@@ -51,7 +52,7 @@ RULER_GROUPS: dict[str, str] = {
 """RULER's task categories (its §3)."""
 
 FAMILY = Family(
-    name="ruler", title="RULER", tasks=RULER_TASKS, skill_groups=RULER_GROUPS,
+    name="ruler", title="RULER", tasks=RULER_TASKS, sample_data=sample_data, skill_groups=RULER_GROUPS,
     intro="Scores are RULER's string_match_all (NIAH, VT, CWE, FWE) or string_match_part (QA), ×100. The "
           "per-task figure draws each task against length with its 95 % interval shaded; the dotted "
           "line is the effective-length threshold. Compare with RULER's Table 3 and its per-task appendix.",

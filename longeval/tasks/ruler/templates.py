@@ -11,10 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 
-TEMPLATE_VERSION = "ruler-2025-c3f5e3b.4"
+TEMPLATE_VERSION = "ruler-2025-c3f5e3b.5"
 """Bumped whenever a template, or how a generator lays text around it, changes (.2: essay needles between
 sentences as RULER places them; .3: word lists keep RULER's entries with a space; .4: in RULER-format mode
-CWE's example is a turn of its own)."""
+CWE's example is a turn of its own; .5: the essay haystack's sentences are nltk Punkt's, as RULER's)."""
 
 TEMPLATES: dict[str, dict[str, str]] = {
     "niah": {

@@ -64,6 +64,7 @@ from longeval.tasks.tail.qa import (
     shuffle_options,
     start,
 )
+from longeval.tasks.tail.samples import sample_data
 from longeval.tasks.tail.scoring import (
     ERROR_TYPES,
     UNMAPPED,
@@ -185,7 +186,7 @@ TAIL_SCORERS: dict[str, Judge] = {METRIC: score_tail}
 
 
 FAMILY = Family(
-    name="tail", title="TAIL", tasks=TAIL_TASKS,
+    name="tail", title="TAIL", tasks=TAIL_TASKS, sample_data=sample_data,
     intro="TAIL's Figure 5: accuracy by the depth of the evidence (rows) and the context length (columns); "
           "its Table 2: Avg, wAvg(inc), wAvg(dec) and the longest/shortest ratio. TAIL weighs lengths by their "
           "size (wAvg(inc) weights = the lengths), RULER by their rank (1..L), so the leaderboard's TAIL row and "

@@ -1,41 +1,19 @@
-"""Data files in the official LongBench v2 format, and a GenContext that points at them."""
+"""Data files in the official LongBench v2 format, and a GenContext that points at them (the item builder is
+the family's own, `longeval.tasks.longbench_v2.samples`)."""
 
 from __future__ import annotations
+
+__all__ = ["DOMAIN_CYCLE", "context_for", "make_item", "reference_fill", "write_json", "write_jsonl",
+           "write_parquet"]
 
 import json
 from pathlib import Path
 from typing import Any
 
 from longeval.tasks.base import DataPaths, GenContext
+from longeval.tasks.longbench_v2.samples import DOMAIN_CYCLE, make_item, write_json
 from longeval.text.render import PromptFormat
 from longeval.text.tokenizer import Encoder
-
-DOMAIN_CYCLE = ("Single-Document QA", "Multi-Document QA", "Code Repository Understanding")
-
-
-def make_item(i: int, **overrides: Any) -> dict[str, Any]:
-    """Item `i`: difficulty alternates easy/hard, length cycles short/medium/long, domains cycle over three."""
-    item = {
-        "_id": f"66f{i:05d}",
-        "domain": DOMAIN_CYCLE[i % 3],
-        "sub_domain": "Academic",
-        "difficulty": ("easy", "hard")[i % 2],
-        "length": ("short", "medium", "long")[i % 3],
-        "question": f"Which statement about document {i} is right?",
-        "choice_A": f"first option {i}",
-        "choice_B": f"second option {i}",
-        "choice_C": f"third option {i}",
-        "choice_D": f"fourth option {i}",
-        "answer": "ABCD"[i % 4],
-        "context": f"Document {i}. " + " ".join(f"word{k}" for k in range(50)),
-    }
-    item.update(overrides)
-    return item
-
-
-def write_json(path: Path, items: list[Any]) -> str:
-    path.write_text(json.dumps(items, ensure_ascii=False), encoding="utf-8")
-    return str(path)
 
 
 def write_jsonl(path: Path, items: list[Any]) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from longeval.text.corpus import NOISE
 from longeval.text.render import PromptFormat
 from longeval.text.ruler_format import RULER_MODEL_TEMPLATES
 from longeval.text.tokenizer import Encoder, load_encoder
+from tests.nltk_punkt import nltk_data, write_punkt_tab
 from tests.qa_fixtures import hotpotqa_file, squad_file  # noqa: F401
 
 LENGTH = 2048
@@ -129,10 +131,18 @@ def _check_lines(inst: Instance, prompt: str, name: str, kind: str) -> str:
     return _fill(NIAH_SINGULAR, t=kind, context="\n".join(sentences), query=_query(inst))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def nltk_punkt_tab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """`_sent_tokenize` is RULER's call through nltk's own loader, not through `longeval.text.corpus`."""
+    with nltk_data(write_punkt_tab(tmp_path_factory.mktemp("nltk_data"))) as root:
+        yield root
+
+
 def _sent_tokenize(text: str) -> list[str]:
-    """Stand-in for nltk's `sent_tokenize` (not installed; its Punkt model is a download): a sentence ends at
-    '.', '!' or '?' followed by whitespace, as our corpus splits (longeval.text.corpus.SENTENCE_END)."""
-    return [s for s in re.split(r"(?<=[.!?])\s+", text) if s]
+    """RULER's `from nltk.tokenize import sent_tokenize`, English, loaded from `punkt_tab` as nltk loads it."""
+    from nltk.tokenize import sent_tokenize
+
+    return sent_tokenize(text)
 
 
 def _ruler_essay_context(haystack: list[str], needles: list[str], depths: list[float]) -> str:
