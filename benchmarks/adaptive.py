@@ -256,7 +256,7 @@ def suite_oracle_share(cells, settings, full: int) -> float:
 
     rng = np.random.default_rng(0)
     tasks = sorted({t for t, _ in cells})
-    alpha = settings.cell_alpha(len(LENGTHS))
+    alphas = settings.length_alphas(LENGTHS)
     m, spent = settings.threshold, 0.0
     total = sum(float(k[1]) * len(v) for k, v in cells.items())
     for n in LENGTHS:
@@ -266,7 +266,7 @@ def suite_oracle_share(cells, settings, full: int) -> float:
         lo, hi = -1 / (1 - m) + 1e-9, 1 / m - 1e-9
         growth = -minimize_scalar(lambda b, y=y: -np.mean(np.log1p(b * y)), bounds=(lo, hi), method="bounded").fun
         cap = settings.cap_for(n)
-        columns = cap if growth <= 0 else min(cap, np.log(1 / alpha) / growth)
+        columns = cap if growth <= 0 else min(cap, np.log(1 / alphas[n]) / growth)
         spent += columns * len(tasks) * n
     return spent / total
 
@@ -325,14 +325,21 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--targets", default="tasks,suite", help="with --suite: which of tasks,suite to replay")
     p.add_argument("--task-replays", type=int, default=50,
                    help="with --suite: replays of the per-cell run (78 cells, slow: ~2 s each)")
+    p.add_argument("--growth", type=float, default=1.0,
+                   help="round schedule: each round takes a length from n to about growth * n draws (1: constant"
+                        " rounds of --round; Settings.round_growth)")
+    p.add_argument("--round-max", type=int, default=0, help="largest round of the schedule (0: no limit)")
+    p.add_argument("--alpha-split", default="equal", choices=("equal", "length"),
+                   help="alpha over the lengths: equal shares, or in proportion to the length (Settings.alpha_split)")
     args = p.parse_args(argv)
+    schedule = {"round_growth": args.growth, "round_max": args.round_max, "alpha_split": args.alpha_split}
 
     from longeval.adaptive import Settings
 
     if args.suite:
         return suite_main(args, Settings(threshold=args.threshold / 100, alpha=1 - args.confidence,
                                          round_size=args.round, cap=args.samples, intervals=False,
-                                         per_task=not args.per_cell))
+                                         per_task=not args.per_cell, **schedule))
     print(f"replays {args.replays}, round {args.round}, confidence {args.confidence}, threshold {args.threshold}")
     print(f"{'profile':<24} {'task':<22} {'full EL':>7} {'same%':>6} {'near%':>6} {'undec%':>6} {'wrong%':>6}"
           f" {'unflg%':>6} {'tokens%':>7} {'max%':>7} {'oracle%':>7} {'rounds':>6}"
@@ -346,13 +353,13 @@ def main(argv: list[str] | None = None) -> None:
         cells = {k: v.scores[:cap] for k, v in data.items()}
         tokens = {k: v.tokens[:cap] for k, v in data.items()}
         settings = Settings(threshold=args.threshold / 100, alpha=1 - args.confidence, round_size=args.round,
-                            cap=cap, intervals=False, per_task=not args.per_cell)
+                            cap=cap, intervals=False, per_task=not args.per_cell, **schedule)
         for line in evaluate(args.root.rstrip("/").split("/")[-1], cells, tokens, settings,
                              replays=args.replays, seed=args.seed):
             print(line)
         return
     settings = Settings(threshold=args.threshold / 100, alpha=1 - args.confidence, round_size=args.round,
-                        cap=args.samples, intervals=False, per_task=not args.per_cell)
+                        cap=args.samples, intervals=False, per_task=not args.per_cell, **schedule)
     costs = synthetic_costs()
     for i, (name, (values, _near)) in enumerate(PROFILES.items()):
         cells, tokens = synthetic(values, args.samples, args.seed + i)

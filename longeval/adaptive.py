@@ -223,8 +223,42 @@ class Settings:
     length, are right at once with probability >= 1 - alpha. False: alpha per cell, k lengths near the threshold
     compound to k * alpha."""
 
+    round_growth: float = 1.0
+    """Round schedule: a cell (or a group's length) at n draws is brought to n + step, the step the largest
+    multiple of `round_size` not above (round_growth - 1) * n, at least `round_size` and at most `round_max`.
+    1.0: constant rounds of `round_size` (as before). Above 1, rounds start small (a length far from the
+    threshold decides in a few draws) and grow geometrically for the lengths that stay open, so the number of
+    rounds stays small; the bounds are anytime-valid, so the schedule (a function of n only) costs no validity."""
+    round_max: int = 0
+    """Largest step of the schedule (0: no limit); a multiple of `round_size`. Limits the overshoot past the
+    draw where a long-open length (one near the threshold, the dearest) decides."""
+    alpha_split: str = "equal"
+    """How a task's (or group's) alpha is split over its lengths (Bonferroni, `per_task`): `equal`, alpha / k
+    each; `length`, in proportion to the length (a proxy for the tokens one instance costs), fixed before any
+    draw: the long, dear lengths get the larger share and decide sooner, the short ones cost little more. Either
+    way the shares sum to alpha, so the effective length keeps its guarantee."""
+
     def cap_for(self, length: int) -> int:
         return dict(self.length_caps).get(length, self.cap)
+
+    def next_count(self, n: int, cap: int) -> int:
+        """Draws a cell (or a group's length, in columns) at `n` draws has after its next round, never past `cap`
+        (`round_growth`, `round_max`). A function of n only, so the same scores give the same rounds."""
+        step = max(self.round_size, int((self.round_growth - 1) * n) // self.round_size * self.round_size)
+        if self.round_max:
+            step = min(step, max(self.round_size, self.round_max))
+        return min(cap, n + step)
+
+    def length_alphas(self, lengths: Collection[int]) -> dict[int, float]:
+        """Each length's alpha within one task or group of these lengths (`per_task`, `alpha_split`)."""
+        lengths = sorted(set(lengths))
+        if not self.per_task:
+            return dict.fromkeys(lengths, self.alpha)
+        if self.alpha_split == "length":
+            return {n: self.alpha * n / sum(lengths) for n in lengths}
+        if self.alpha_split != "equal":
+            raise ValueError(f"alpha_split={self.alpha_split!r}; choices: equal, length")
+        return dict.fromkeys(lengths, self.alpha / len(lengths))
 
     def population(self, length: int) -> int | None:
         return self.cap_for(length) if self.without_replacement else None
@@ -265,16 +299,17 @@ def assess(cells: Mapping[tuple[str, int], Sequence[float]], settings: Settings,
     `memo` (replays): a dict kept across calls whose cells only ever grow, so a cell seen with the same count
     is not recomputed.
     """
-    lengths_of: dict[str, int] = {}
-    for task, _ in cells:
-        lengths_of[task] = lengths_of.get(task, 0) + 1
+    lengths_of: dict[str, list[int]] = {}
+    for task, length in cells:
+        lengths_of.setdefault(task, []).append(length)
+    alphas = {task: settings.length_alphas(lengths) for task, lengths in lengths_of.items()}
     base: dict[tuple[str, int], tuple[int, float | None, float, float, str, bool]] = {}
     for key, values in cells.items():
         values = np.asarray(values, dtype=np.float64)
         if memo is not None and (key, len(values)) in memo:
             base[key] = memo[(key, len(values))]
             continue
-        alpha = settings.cell_alpha(lengths_of[key[0]])
+        alpha = alphas[key[0]][key[1]]
         population = settings.population(key[1])
         if population is not None and len(values) == population:  # every instance drawn: the score is known
             low = high = float(values.mean())
@@ -312,7 +347,7 @@ def assess(cells: Mapping[tuple[str, int], Sequence[float]], settings: Settings,
 
 def next_round(states: Sequence[CellState], settings: Settings) -> dict[tuple[str, int], int]:
     """New instances per cell for the next round: a round for every cell not stopped, never past the cap."""
-    return {(s.task, s.length): min(settings.round_size, settings.cap_for(s.length) - s.n)
+    return {(s.task, s.length): settings.next_count(s.n, settings.cap_for(s.length)) - s.n
             for s in states if not s.stopped}
 
 
@@ -376,11 +411,11 @@ def group_effective_length(cells: Mapping[tuple[str, int], Sequence[float]], sta
     tasks = sorted({t for t, _ in cells})
     presumed = {s.length for s in states if s.decision == PRESUMED_BELOW and s.task in tasks}
     lengths = sorted({n for _, n in cells})
-    alpha = settings.cell_alpha(len(lengths)) / len(tasks)
+    alphas = settings.length_alphas(lengths)
     rows, near = [], set()
     for length in lengths:
         members = [np.asarray(cells.get((t, length), ()), dtype=np.float64) for t in tasks]
-        low, high = _mean_interval(members, alpha=alpha, population=settings.population(length))
+        low, high = _mean_interval(members, alpha=alphas[length] / len(tasks), population=settings.population(length))
         means = [float(m.mean()) for m in members if len(m)]
         mean = float(np.mean(means)) if len(means) == len(members) else None
         decision = _decide(low, high, settings.threshold)
@@ -493,9 +528,10 @@ def assess_group(cells: Mapping[tuple[str, int], Sequence[float]], tasks: Collec
     above, the shorter lengths cannot change the answer and are no longer sampled."""
     tasks = sorted(tasks)
     lengths = sorted({n for t, n in cells if t in tasks})
-    alpha = settings.cell_alpha(len(lengths)) if lengths else settings.alpha
+    alphas = settings.length_alphas(lengths)
     base = []
     for length in lengths:
+        alpha = alphas[length]
         members = [np.asarray(cells.get((t, length), ()), dtype=np.float64) for t in tasks]
         population = settings.population(length)
         z = stratified_columns(members)
@@ -540,7 +576,7 @@ def next_group_round(cells: Mapping[tuple[str, int], Sequence[float]], groups: M
             if not s.needed or any(o.needed and o.length > s.length and o.mean is not None
                                    and o.mean > settings.threshold for o in states):
                 continue
-            target = min(settings.cap_for(s.length), s.n + settings.round_size)
+            target = settings.next_count(s.n, settings.cap_for(s.length))
             for t in tasks:
                 have = len(cells.get((t, s.length), ()))
                 if target > have:

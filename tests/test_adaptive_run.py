@@ -64,6 +64,21 @@ def test_an_unknown_adaptive_target_is_refused(tmp_path):
         _cfg(tmp_path, "suite.adaptive_target=cells")
 
 
+def test_the_round_schedule_and_alpha_split_reach_the_settings_and_bad_values_are_refused(tmp_path):
+    from longeval.errors import ConfigError
+
+    cfg = _cfg(tmp_path, "suite.shard_size=2", "suite.adaptive_growth=1.25", "suite.adaptive_round_max=5",
+               "suite.adaptive_alpha_split=length")
+    settings = settings_for(cfg)
+    assert (settings.round_size, settings.round_growth, settings.round_max, settings.alpha_split) == (
+        2, 1.25, 10, "length")
+    assert settings_for(_cfg(tmp_path)).round_growth == 1.0  # constant rounds unless asked
+    with pytest.raises(ConfigError, match="adaptive_growth=0.5 must be at least 1"):
+        _cfg(tmp_path, "suite.adaptive_growth=0.5")
+    with pytest.raises(ConfigError, match="choices: equal, length"):
+        _cfg(tmp_path, "suite.adaptive_alpha_split=cost")
+
+
 def test_stages_of_an_adaptive_run_go_together(tmp_path):
     from longeval.errors import ConfigError
     from longeval.pipeline import run
