@@ -331,8 +331,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--round-max", type=int, default=0, help="largest round of the schedule (0: no limit)")
     p.add_argument("--alpha-split", default="equal", choices=("equal", "length"),
                    help="alpha over the lengths: equal shares, or in proportion to the length (Settings.alpha_split)")
+    p.add_argument("--near-stop", action="store_true",
+                   help="with --suite: stop a length, undecided, once its bounds lie within the full sweep's noise"
+                        " band of the threshold (Settings.near_stop)")
     args = p.parse_args(argv)
-    schedule = {"round_growth": args.growth, "round_max": args.round_max, "alpha_split": args.alpha_split}
+    schedule = {"round_growth": args.growth, "round_max": args.round_max, "alpha_split": args.alpha_split,
+                "near_stop": args.near_stop}
 
     from longeval.adaptive import Settings
 

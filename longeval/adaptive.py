@@ -70,6 +70,7 @@ __all__ = [
     "group_effective_length",
     "interval",
     "near_threshold",
+    "noise_band",
     "log_capital",
     "next_group_round",
     "next_round",
@@ -237,6 +238,12 @@ class Settings:
     each; `length`, in proportion to the length (a proxy for the tokens one instance costs), fixed before any
     draw: the long, dear lengths get the larger share and decide sooner, the short ones cost little more. Either
     way the shares sum to alpha, so the effective length keeps its guarantee."""
+
+    near_stop: bool = False
+    """Group targets only: stop sampling a length, undecided and flagged `near_threshold`, once its stratified
+    bounds both lie within the full sweep's own noise band of the threshold (`noise_band`): the full sweep's
+    answer there is a coin flip, so the run reports the range a full sweep could give instead of paying to learn
+    which side these instances fall on. Never changes a decision; off: such a length is sampled to its cap."""
 
     def cap_for(self, length: int) -> int:
         return dict(self.length_caps).get(length, self.cap)
@@ -427,6 +434,14 @@ def group_effective_length(cells: Mapping[tuple[str, int], Sequence[float]], sta
     return rows, effective_length({r.length: r.decision for r in rows}, near)
 
 
+def noise_band(members: Sequence[np.ndarray], full: int, settings: Settings) -> float:
+    """Half-width of the full sweep's own noise about a score (one cell, or the mean of a group's cells): the
+    fixed-n, two-sided 1 - alpha normal interval of a mean over `full` instances per cell, with the spread
+    estimated from the scores so far (0.25 per cell with fewer than two)."""
+    spread = math.sqrt(sum(float(m.var(ddof=1)) if len(m) > 1 else 0.25 for m in members) / full) / len(members)
+    return NormalDist().inv_cdf(1 - settings.alpha / 2) * spread
+
+
 def near_threshold(members: Sequence[np.ndarray], full: int, settings: Settings) -> bool:
     """Whether the threshold lies within the full sweep's own sampling noise of this score (one cell, or the mean
     of a group's cells): inside the fixed-n, two-sided 1 - alpha normal interval of a mean over `full` instances
@@ -436,8 +451,7 @@ def near_threshold(members: Sequence[np.ndarray], full: int, settings: Settings)
     if any(len(m) == 0 for m in members):
         return False
     mean = float(np.mean([m.mean() for m in members]))
-    spread = math.sqrt(sum(float(m.var(ddof=1)) if len(m) > 1 else 0.25 for m in members) / full) / len(members)
-    return abs(mean - settings.threshold) <= NormalDist().inv_cdf(1 - settings.alpha / 2) * spread
+    return abs(mean - settings.threshold) <= noise_band(members, full, settings)
 
 
 def _mean_interval(members: Sequence[np.ndarray], *, alpha: float, population: int | None) -> tuple[float, float]:
@@ -512,9 +526,12 @@ class GroupState:
     low: float
     high: float
     needed: bool
-    """Could still change the group's effective length: undecided, below the cap, and no longer length is
-    confidently above (RULER counts the largest length above the threshold, so a shorter one cannot move it)."""
+    """Could still change the group's effective length: undecided, below the cap, not stopped near the threshold,
+    and no longer length is confidently above (RULER counts the largest length above the threshold, so a shorter
+    one cannot move it)."""
     near_threshold: bool = False
+    """Decided within the full sweep's noise of the threshold, or (`Settings.near_stop`) undecided and stopped
+    there: both bounds inside that noise band."""
 
 
 def assess_group(cells: Mapping[tuple[str, int], Sequence[float]], tasks: Collection[str], settings: Settings,
@@ -547,17 +564,32 @@ def assess_group(cells: Mapping[tuple[str, int], Sequence[float]], tasks: Collec
                              else (math.nan, math.nan))
                 decision = {1: ABOVE, -1: BELOW, 0: UNDECIDED}[side(z, settings.threshold, alpha=alpha,
                                                                     population=population)]
-        near = decision in (ABOVE, BELOW) and near_threshold([m[:len(z)] for m in members],
-                                                              settings.cap_for(length), settings)
+        trimmed = [m[:len(z)] for m in members]
+        near = decision in (ABOVE, BELOW) and near_threshold(trimmed, settings.cap_for(length), settings)
+        if decision == UNDECIDED and settings.near_stop and len(z) > 1:
+            near = _inside_noise(z, trimmed, alpha=alpha, population=population, full=settings.cap_for(length),
+                                 settings=settings)
         base.append((length, len(z), mean, low, high, decision, near))
     longest_above = max((b[0] for b in base if b[5] == ABOVE), default=0)
     states = [GroupState(length=length, n=n, mean=mean, low=low, high=high, decision=decision,
-                         needed=decision == UNDECIDED and n < settings.cap_for(length) and length > longest_above,
+                         needed=(decision == UNDECIDED and not near and n < settings.cap_for(length)
+                                 and length > longest_above),
                          near_threshold=near)
               for length, n, mean, low, high, decision, near in base]
     # an undecided length shorter than one confidently above moves neither edge (both take the largest length)
     return states, effective_length({s.length: s.decision for s in states},
                                     {s.length for s in states if s.near_threshold})
+
+
+def _inside_noise(z: np.ndarray, members: Sequence[np.ndarray], *, alpha: float, population: int | None, full: int,
+                  settings: Settings) -> bool:
+    """Whether both stratified bounds lie within the full sweep's noise band of the threshold (`near_stop`): the
+    lower bound has passed threshold - band and the upper bound threshold + band."""
+    band = noise_band(members, full, settings)
+    low_edge, high_edge = settings.threshold - band, settings.threshold + band
+    return bool(band > 0 and low_edge > 0 and high_edge < 1
+                and crossed(z, low_edge, alpha=alpha, side=UP, population=population)[-1]
+                and crossed(z, high_edge, alpha=alpha, side=DOWN, population=population)[-1])
 
 
 def next_group_round(cells: Mapping[tuple[str, int], Sequence[float]], groups: Mapping[str, Collection[str]],

@@ -208,6 +208,10 @@ class SuiteConfig:
     open (docs/adaptive.md, "Round schedule")."""
     adaptive_round_max: int = 0
     """Most shards one cell gets in a round of the schedule (0: no limit)."""
+    adaptive_near_stop: bool = False
+    """Group targets (`groups`, `suite`): stop a length, undecided and flagged near the threshold, once its bounds
+    lie within the full sweep's own noise band of the threshold, instead of sampling it to its cap
+    (docs/adaptive.md). Off: such a length is decided by these instances and flagged."""
     adaptive_alpha_split: str = "equal"
     """How `1 - adaptive_confidence` is split over a task's (a group's) lengths: `equal` shares, or `length`, in
     proportion to the length, so the dear long lengths decide sooner (docs/adaptive.md)."""

@@ -473,3 +473,32 @@ def test_the_grown_schedule_spends_fewer_tokens_for_the_same_suite_effective_len
     assert shares["new"] < 0.026 < shares["old"]
     again = suite_replay(cells, new, np.random.default_rng(1), costs, target="suite")
     assert again == suite_replay(cells, new, np.random.default_rng(1), costs, target="suite")
+
+
+def _run_group(full: dict, tasks: list[str], settings: Settings) -> tuple[list, dict]:
+    used = dict.fromkeys(full, 0)
+    while extra := next_group_round({k: full[k][:used[k]] for k in full}, {"all": tasks}, settings):
+        for key, more in extra.items():
+            used[key] += more
+    return assess_group({k: full[k][:used[k]] for k in full}, tasks, settings)[0], used
+
+
+def test_near_stop_leaves_a_coin_flip_length_undecided_early_and_never_changes_a_decision():
+    """`near_stop`: 13 tasks whose mean at length 2 sits on the threshold (the full sweep's answer there is a coin
+    flip). Without it the length is sampled to its cap (decided by these instances, flagged); with it, it stops
+    well before, undecided and flagged. Length 1 (far above) and 4 (far below) are decided the same either way,
+    at the same counts."""
+    rng = np.random.default_rng(30)
+    tasks = [f"t/{i}" for i in range(13)]
+    ps = {1: np.linspace(0.9, 1.0, 13), 2: np.linspace(0.756, 0.956, 13), 4: np.linspace(0.2, 0.6, 13)}
+    full = {(t, n): rng.permutation(_tasks(p, n=400)[0]) for n in ps for t, p in zip(tasks, ps[n], strict=True)}
+    base = Settings(threshold=float(np.mean([full[(t, 2)].mean() for t in tasks])), alpha=ALPHA, round_size=10,
+                    cap=400)
+    plain, plain_used = _run_group(full, tasks, base)
+    stopped, stopped_used = _run_group(full, tasks, replace(base, near_stop=True))
+    by_plain, by_stop = {s.length: s for s in plain}, {s.length: s for s in stopped}
+    assert by_plain[2].n == 400 and by_plain[2].near_threshold
+    assert by_stop[2].decision == UNDECIDED and by_stop[2].near_threshold and not by_stop[2].needed
+    assert by_stop[2].n <= 0.95 * 400  # here 370: the band is narrow (13 x 400 instances), the gain modest
+    assert by_stop[4] == by_plain[4] and by_stop[4].decision == BELOW
+    assert all(stopped_used[(t, 4)] == plain_used[(t, 4)] for t in tasks)

@@ -68,10 +68,10 @@ def test_the_round_schedule_and_alpha_split_reach_the_settings_and_bad_values_ar
     from longeval.errors import ConfigError
 
     cfg = _cfg(tmp_path, "suite.shard_size=2", "suite.adaptive_growth=1.25", "suite.adaptive_round_max=5",
-               "suite.adaptive_alpha_split=length")
+               "suite.adaptive_alpha_split=length", "suite.adaptive_near_stop=true")
     settings = settings_for(cfg)
-    assert (settings.round_size, settings.round_growth, settings.round_max, settings.alpha_split) == (
-        2, 1.25, 10, "length")
+    assert (settings.round_size, settings.round_growth, settings.round_max, settings.alpha_split,
+            settings.near_stop) == (2, 1.25, 10, "length", True)
     assert settings_for(_cfg(tmp_path)).round_growth == 1.0  # constant rounds unless asked
     with pytest.raises(ConfigError, match="adaptive_growth=0.5 must be at least 1"):
         _cfg(tmp_path, "suite.adaptive_growth=0.5")
