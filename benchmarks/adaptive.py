@@ -7,6 +7,8 @@ Run from the repository root:
     .venv/bin/python benchmarks/adaptive.py --round 25             # rounds of a full sweep's shard
     .venv/bin/python benchmarks/adaptive.py --root runs/my-full-run
     .venv/bin/python benchmarks/adaptive.py --suite --replays 200 --task-replays 20   # suite targets (issue #25)
+    .venv/bin/python benchmarks/adaptive.py --suite --targets suite --replays 200 --round 2 --growth 1.25 \
+        --round-max 10 --alpha-split length                        # the suite target's recommended schedule
 
 Each replay shuffles every (task, length) cell's instances, then runs the procedure of an adaptive run: a round of
 `--round` instances for every undecided cell (10: an adaptive run's default shard), decisions from the confidence
@@ -21,7 +23,10 @@ cells dearer per token). Tokens are target_length x instances for the synthetic 
 tokens on profiles not near the threshold; near it, flagged or undecided rather than wrong. `--per-cell` spends
 alpha per cell instead of splitting it over a task's lengths (Settings.per_task). `--suite`: the suite's effective
 length on suite curves of 13 tasks with per-task spread, decided per cell (today's run) and on the suite's mean
-(`suite.adaptive_target=suite`), with the pooled oracle floor and the ratio to it (`suite_main`).
+(`suite.adaptive_target=suite`), with the pooled oracle floor and the ratio to it (`suite_main`). `--growth`,
+`--round-max`: the round schedule (Settings.round_growth, round_max; `--round` is then the first round and the
+unit); `--alpha-split length`: alpha over the lengths in proportion to the length (the oracle bets at the same
+per-length alpha); `--near-stop`: group lengths inside the full sweep's noise band stop undecided.
 """
 
 from __future__ import annotations
