@@ -79,6 +79,19 @@ def test_the_round_schedule_and_alpha_split_reach_the_settings_and_bad_values_ar
         _cfg(tmp_path, "suite.adaptive_alpha_split=cost")
 
 
+def test_a_growing_schedule_takes_the_full_sweeps_next_shards_in_growing_rounds(tmp_path):
+    """`suite.adaptive_growth=2`, shards of 1, at most 3 a round: an open cell at 2 instances gets 2 more shards,
+    one at 4 gets 3 (the cap of a round), one at 0 a single shard; a decided cell none."""
+    cfg = _cfg(tmp_path, "suite.adaptive_growth=2", "suite.adaptive_round_max=3")
+    scores = {("ruler/niah_single_1", 1024): np.r_[1.0, 0.0], ("ruler/niah_single_1", 2048): np.ones(4),
+              ("ruler/vt", 1024): np.zeros(0), ("ruler/vt", 2048): np.zeros(12)}
+    shards = round_shards(cfg, assess(scores, settings_for(cfg)))
+    assert sorted(s.name for s in shards) == [
+        "ruler.niah_single_1.L1024.s42.00002", "ruler.niah_single_1.L1024.s42.00003",
+        "ruler.niah_single_1.L2048.s42.00004", "ruler.niah_single_1.L2048.s42.00005",
+        "ruler.niah_single_1.L2048.s42.00006", "ruler.vt.L1024.s42.00000"]
+
+
 def test_stages_of_an_adaptive_run_go_together(tmp_path):
     from longeval.errors import ConfigError
     from longeval.pipeline import run
