@@ -241,15 +241,18 @@ def test_a_run_killed_mid_round_resumes_without_redoing_work_and_decides_the_sam
 
 
 @pytest.mark.engine
-def test_a_suite_target_run_decides_the_suites_effective_length_and_resumes(tmp_path, tiny_model_path):
+@pytest.mark.parametrize("schedule", [(), ("suite.adaptive_growth=2", "suite.adaptive_round_max=4",
+                                           "suite.adaptive_alpha_split=length", "suite.adaptive_near_stop=true")],
+                         ids=["constant", "growing"])
+def test_a_suite_target_run_decides_the_suites_effective_length_and_resumes(tmp_path, tiny_model_path, schedule):
     """`suite.adaptive_target=suite` on the tiny model (scores 0): every task gets the same shards per length
     (equal rounds), the suite's mean is decided below at both lengths by its own bound, and a rerun does no new
-    inference."""
+    inference; the same with the round schedule, the length split and the near stop (docs/adaptive.md)."""
     from longeval.adaptive_run import run_rounds
     from longeval.models import resolve_model_path
     from longeval.pipeline import run
 
-    cfg = _cfg(tmp_path, "suite.adaptive_target=suite")
+    cfg = _cfg(tmp_path, "suite.adaptive_target=suite", *schedule)
     result = run(cfg)
     cells = result.adaptive["adaptive"].to_pylist()
     by_length: dict[int, set[int]] = {}
