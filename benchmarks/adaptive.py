@@ -7,6 +7,8 @@ Run from the repository root:
     .venv/bin/python benchmarks/adaptive.py --round 25             # rounds of a full sweep's shard
     .venv/bin/python benchmarks/adaptive.py --root runs/my-full-run
     .venv/bin/python benchmarks/adaptive.py --suite --replays 200 --task-replays 20   # suite targets (issue #25)
+    .venv/bin/python benchmarks/adaptive.py --suite --targets suite --replays 200 --round 2 --growth 1.25 \
+        --round-max 10 --alpha-split length                        # the suite target's recommended schedule
 
 Each replay shuffles every (task, length) cell's instances, then runs the procedure of an adaptive run: a round of
 `--round` instances for every undecided cell (10: an adaptive run's default shard), decisions from the confidence
@@ -21,7 +23,10 @@ cells dearer per token). Tokens are target_length x instances for the synthetic 
 tokens on profiles not near the threshold; near it, flagged or undecided rather than wrong. `--per-cell` spends
 alpha per cell instead of splitting it over a task's lengths (Settings.per_task). `--suite`: the suite's effective
 length on suite curves of 13 tasks with per-task spread, decided per cell (today's run) and on the suite's mean
-(`suite.adaptive_target=suite`), with the pooled oracle floor and the ratio to it (`suite_main`).
+(`suite.adaptive_target=suite`), with the pooled oracle floor and the ratio to it (`suite_main`). `--growth`,
+`--round-max`: the round schedule (Settings.round_growth, round_max; `--round` is then the first round and the
+unit); `--alpha-split length`: alpha over the lengths in proportion to the length (the oracle bets at the same
+per-length alpha); `--near-stop`: group lengths inside the full sweep's noise band stop undecided.
 """
 
 from __future__ import annotations
@@ -256,7 +261,7 @@ def suite_oracle_share(cells, settings, full: int) -> float:
 
     rng = np.random.default_rng(0)
     tasks = sorted({t for t, _ in cells})
-    alpha = settings.cell_alpha(len(LENGTHS))
+    alphas = settings.length_alphas(LENGTHS)
     m, spent = settings.threshold, 0.0
     total = sum(float(k[1]) * len(v) for k, v in cells.items())
     for n in LENGTHS:
@@ -266,7 +271,7 @@ def suite_oracle_share(cells, settings, full: int) -> float:
         lo, hi = -1 / (1 - m) + 1e-9, 1 / m - 1e-9
         growth = -minimize_scalar(lambda b, y=y: -np.mean(np.log1p(b * y)), bounds=(lo, hi), method="bounded").fun
         cap = settings.cap_for(n)
-        columns = cap if growth <= 0 else min(cap, np.log(1 / alpha) / growth)
+        columns = cap if growth <= 0 else min(cap, np.log(1 / alphas[n]) / growth)
         spent += columns * len(tasks) * n
     return spent / total
 
@@ -325,14 +330,25 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--targets", default="tasks,suite", help="with --suite: which of tasks,suite to replay")
     p.add_argument("--task-replays", type=int, default=50,
                    help="with --suite: replays of the per-cell run (78 cells, slow: ~2 s each)")
+    p.add_argument("--growth", type=float, default=1.0,
+                   help="round schedule: each round takes a length from n to about growth * n draws (1: constant"
+                        " rounds of --round; Settings.round_growth)")
+    p.add_argument("--round-max", type=int, default=0, help="largest round of the schedule (0: no limit)")
+    p.add_argument("--alpha-split", default="equal", choices=("equal", "length"),
+                   help="alpha over the lengths: equal shares, or in proportion to the length (Settings.alpha_split)")
+    p.add_argument("--near-stop", action="store_true",
+                   help="with --suite: stop a length, undecided, once its bounds lie within the full sweep's noise"
+                        " band of the threshold (Settings.near_stop)")
     args = p.parse_args(argv)
+    schedule = {"round_growth": args.growth, "round_max": args.round_max, "alpha_split": args.alpha_split,
+                "near_stop": args.near_stop}
 
     from longeval.adaptive import Settings
 
     if args.suite:
         return suite_main(args, Settings(threshold=args.threshold / 100, alpha=1 - args.confidence,
                                          round_size=args.round, cap=args.samples, intervals=False,
-                                         per_task=not args.per_cell))
+                                         per_task=not args.per_cell, **schedule))
     print(f"replays {args.replays}, round {args.round}, confidence {args.confidence}, threshold {args.threshold}")
     print(f"{'profile':<24} {'task':<22} {'full EL':>7} {'same%':>6} {'near%':>6} {'undec%':>6} {'wrong%':>6}"
           f" {'unflg%':>6} {'tokens%':>7} {'max%':>7} {'oracle%':>7} {'rounds':>6}"
@@ -346,13 +362,13 @@ def main(argv: list[str] | None = None) -> None:
         cells = {k: v.scores[:cap] for k, v in data.items()}
         tokens = {k: v.tokens[:cap] for k, v in data.items()}
         settings = Settings(threshold=args.threshold / 100, alpha=1 - args.confidence, round_size=args.round,
-                            cap=cap, intervals=False, per_task=not args.per_cell)
+                            cap=cap, intervals=False, per_task=not args.per_cell, **schedule)
         for line in evaluate(args.root.rstrip("/").split("/")[-1], cells, tokens, settings,
                              replays=args.replays, seed=args.seed):
             print(line)
         return
     settings = Settings(threshold=args.threshold / 100, alpha=1 - args.confidence, round_size=args.round,
-                        cap=args.samples, intervals=False, per_task=not args.per_cell)
+                        cap=args.samples, intervals=False, per_task=not args.per_cell, **schedule)
     costs = synthetic_costs()
     for i, (name, (values, _near)) in enumerate(PROFILES.items()):
         cells, tokens = synthetic(values, args.samples, args.seed + i)

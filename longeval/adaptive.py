@@ -70,6 +70,7 @@ __all__ = [
     "group_effective_length",
     "interval",
     "near_threshold",
+    "noise_band",
     "log_capital",
     "next_group_round",
     "next_round",
@@ -223,8 +224,48 @@ class Settings:
     length, are right at once with probability >= 1 - alpha. False: alpha per cell, k lengths near the threshold
     compound to k * alpha."""
 
+    round_growth: float = 1.0
+    """Round schedule: a cell (or a group's length) at n draws is brought to n + step, the step the largest
+    multiple of `round_size` not above (round_growth - 1) * n, at least `round_size` and at most `round_max`.
+    1.0: constant rounds of `round_size` (as before). Above 1, rounds start small (a length far from the
+    threshold decides in a few draws) and grow geometrically for the lengths that stay open, so the number of
+    rounds stays small; the bounds are anytime-valid, so the schedule (a function of n only) costs no validity."""
+    round_max: int = 0
+    """Largest step of the schedule (0: no limit); a multiple of `round_size`. Limits the overshoot past the
+    draw where a long-open length (one near the threshold, the dearest) decides."""
+    alpha_split: str = "equal"
+    """How a task's (or group's) alpha is split over its lengths (Bonferroni, `per_task`): `equal`, alpha / k
+    each; `length`, in proportion to the length (a proxy for the tokens one instance costs), fixed before any
+    draw: the long, dear lengths get the larger share and decide sooner, the short ones cost little more. Either
+    way the shares sum to alpha, so the effective length keeps its guarantee."""
+
+    near_stop: bool = False
+    """Group targets only: stop sampling a length, undecided and flagged `near_threshold`, once its stratified
+    bounds both lie within the full sweep's own noise band of the threshold (`noise_band`): the full sweep's
+    answer there is a coin flip, so the run reports the range a full sweep could give instead of paying to learn
+    which side these instances fall on. Never changes a decision; off: such a length is sampled to its cap."""
+
     def cap_for(self, length: int) -> int:
         return dict(self.length_caps).get(length, self.cap)
+
+    def next_count(self, n: int, cap: int) -> int:
+        """Draws a cell (or a group's length, in columns) at `n` draws has after its next round, never past `cap`
+        (`round_growth`, `round_max`). A function of n only, so the same scores give the same rounds."""
+        step = max(self.round_size, int((self.round_growth - 1) * n) // self.round_size * self.round_size)
+        if self.round_max:
+            step = min(step, max(self.round_size, self.round_max))
+        return min(cap, n + step)
+
+    def length_alphas(self, lengths: Collection[int]) -> dict[int, float]:
+        """Each length's alpha within one task or group of these lengths (`per_task`, `alpha_split`)."""
+        lengths = sorted(set(lengths))
+        if not self.per_task:
+            return dict.fromkeys(lengths, self.alpha)
+        if self.alpha_split == "length":
+            return {n: self.alpha * n / sum(lengths) for n in lengths}
+        if self.alpha_split != "equal":
+            raise ValueError(f"alpha_split={self.alpha_split!r}; choices: equal, length")
+        return dict.fromkeys(lengths, self.alpha / len(lengths))
 
     def population(self, length: int) -> int | None:
         return self.cap_for(length) if self.without_replacement else None
@@ -265,16 +306,17 @@ def assess(cells: Mapping[tuple[str, int], Sequence[float]], settings: Settings,
     `memo` (replays): a dict kept across calls whose cells only ever grow, so a cell seen with the same count
     is not recomputed.
     """
-    lengths_of: dict[str, int] = {}
-    for task, _ in cells:
-        lengths_of[task] = lengths_of.get(task, 0) + 1
+    lengths_of: dict[str, list[int]] = {}
+    for task, length in cells:
+        lengths_of.setdefault(task, []).append(length)
+    alphas = {task: settings.length_alphas(lengths) for task, lengths in lengths_of.items()}
     base: dict[tuple[str, int], tuple[int, float | None, float, float, str, bool]] = {}
     for key, values in cells.items():
         values = np.asarray(values, dtype=np.float64)
         if memo is not None and (key, len(values)) in memo:
             base[key] = memo[(key, len(values))]
             continue
-        alpha = settings.cell_alpha(lengths_of[key[0]])
+        alpha = alphas[key[0]][key[1]]
         population = settings.population(key[1])
         if population is not None and len(values) == population:  # every instance drawn: the score is known
             low = high = float(values.mean())
@@ -312,7 +354,7 @@ def assess(cells: Mapping[tuple[str, int], Sequence[float]], settings: Settings,
 
 def next_round(states: Sequence[CellState], settings: Settings) -> dict[tuple[str, int], int]:
     """New instances per cell for the next round: a round for every cell not stopped, never past the cap."""
-    return {(s.task, s.length): min(settings.round_size, settings.cap_for(s.length) - s.n)
+    return {(s.task, s.length): settings.next_count(s.n, settings.cap_for(s.length)) - s.n
             for s in states if not s.stopped}
 
 
@@ -376,11 +418,11 @@ def group_effective_length(cells: Mapping[tuple[str, int], Sequence[float]], sta
     tasks = sorted({t for t, _ in cells})
     presumed = {s.length for s in states if s.decision == PRESUMED_BELOW and s.task in tasks}
     lengths = sorted({n for _, n in cells})
-    alpha = settings.cell_alpha(len(lengths)) / len(tasks)
+    alphas = settings.length_alphas(lengths)
     rows, near = [], set()
     for length in lengths:
         members = [np.asarray(cells.get((t, length), ()), dtype=np.float64) for t in tasks]
-        low, high = _mean_interval(members, alpha=alpha, population=settings.population(length))
+        low, high = _mean_interval(members, alpha=alphas[length] / len(tasks), population=settings.population(length))
         means = [float(m.mean()) for m in members if len(m)]
         mean = float(np.mean(means)) if len(means) == len(members) else None
         decision = _decide(low, high, settings.threshold)
@@ -392,6 +434,14 @@ def group_effective_length(cells: Mapping[tuple[str, int], Sequence[float]], sta
     return rows, effective_length({r.length: r.decision for r in rows}, near)
 
 
+def noise_band(members: Sequence[np.ndarray], full: int, settings: Settings) -> float:
+    """Half-width of the full sweep's own noise about a score (one cell, or the mean of a group's cells): the
+    fixed-n, two-sided 1 - alpha normal interval of a mean over `full` instances per cell, with the spread
+    estimated from the scores so far (0.25 per cell with fewer than two)."""
+    spread = math.sqrt(sum(float(m.var(ddof=1)) if len(m) > 1 else 0.25 for m in members) / full) / len(members)
+    return NormalDist().inv_cdf(1 - settings.alpha / 2) * spread
+
+
 def near_threshold(members: Sequence[np.ndarray], full: int, settings: Settings) -> bool:
     """Whether the threshold lies within the full sweep's own sampling noise of this score (one cell, or the mean
     of a group's cells): inside the fixed-n, two-sided 1 - alpha normal interval of a mean over `full` instances
@@ -401,8 +451,7 @@ def near_threshold(members: Sequence[np.ndarray], full: int, settings: Settings)
     if any(len(m) == 0 for m in members):
         return False
     mean = float(np.mean([m.mean() for m in members]))
-    spread = math.sqrt(sum(float(m.var(ddof=1)) if len(m) > 1 else 0.25 for m in members) / full) / len(members)
-    return abs(mean - settings.threshold) <= NormalDist().inv_cdf(1 - settings.alpha / 2) * spread
+    return abs(mean - settings.threshold) <= noise_band(members, full, settings)
 
 
 def _mean_interval(members: Sequence[np.ndarray], *, alpha: float, population: int | None) -> tuple[float, float]:
@@ -477,9 +526,12 @@ class GroupState:
     low: float
     high: float
     needed: bool
-    """Could still change the group's effective length: undecided, below the cap, and no longer length is
-    confidently above (RULER counts the largest length above the threshold, so a shorter one cannot move it)."""
+    """Could still change the group's effective length: undecided, below the cap, not stopped near the threshold,
+    and no longer length is confidently above (RULER counts the largest length above the threshold, so a shorter
+    one cannot move it)."""
     near_threshold: bool = False
+    """Decided within the full sweep's noise of the threshold, or (`Settings.near_stop`) undecided and stopped
+    there: both bounds inside that noise band."""
 
 
 def assess_group(cells: Mapping[tuple[str, int], Sequence[float]], tasks: Collection[str], settings: Settings,
@@ -493,9 +545,10 @@ def assess_group(cells: Mapping[tuple[str, int], Sequence[float]], tasks: Collec
     above, the shorter lengths cannot change the answer and are no longer sampled."""
     tasks = sorted(tasks)
     lengths = sorted({n for t, n in cells if t in tasks})
-    alpha = settings.cell_alpha(len(lengths)) if lengths else settings.alpha
+    alphas = settings.length_alphas(lengths)
     base = []
     for length in lengths:
+        alpha = alphas[length]
         members = [np.asarray(cells.get((t, length), ()), dtype=np.float64) for t in tasks]
         population = settings.population(length)
         z = stratified_columns(members)
@@ -511,17 +564,32 @@ def assess_group(cells: Mapping[tuple[str, int], Sequence[float]], tasks: Collec
                              else (math.nan, math.nan))
                 decision = {1: ABOVE, -1: BELOW, 0: UNDECIDED}[side(z, settings.threshold, alpha=alpha,
                                                                     population=population)]
-        near = decision in (ABOVE, BELOW) and near_threshold([m[:len(z)] for m in members],
-                                                              settings.cap_for(length), settings)
+        trimmed = [m[:len(z)] for m in members]
+        near = decision in (ABOVE, BELOW) and near_threshold(trimmed, settings.cap_for(length), settings)
+        if decision == UNDECIDED and settings.near_stop and len(z) > 1:
+            near = _inside_noise(z, trimmed, alpha=alpha, population=population, full=settings.cap_for(length),
+                                 settings=settings)
         base.append((length, len(z), mean, low, high, decision, near))
     longest_above = max((b[0] for b in base if b[5] == ABOVE), default=0)
     states = [GroupState(length=length, n=n, mean=mean, low=low, high=high, decision=decision,
-                         needed=decision == UNDECIDED and n < settings.cap_for(length) and length > longest_above,
+                         needed=(decision == UNDECIDED and not near and n < settings.cap_for(length)
+                                 and length > longest_above),
                          near_threshold=near)
               for length, n, mean, low, high, decision, near in base]
     # an undecided length shorter than one confidently above moves neither edge (both take the largest length)
     return states, effective_length({s.length: s.decision for s in states},
                                     {s.length for s in states if s.near_threshold})
+
+
+def _inside_noise(z: np.ndarray, members: Sequence[np.ndarray], *, alpha: float, population: int | None, full: int,
+                  settings: Settings) -> bool:
+    """Whether both stratified bounds lie within the full sweep's noise band of the threshold (`near_stop`): the
+    lower bound has passed threshold - band and the upper bound threshold + band."""
+    band = noise_band(members, full, settings)
+    low_edge, high_edge = settings.threshold - band, settings.threshold + band
+    return bool(band > 0 and low_edge > 0 and high_edge < 1
+                and crossed(z, low_edge, alpha=alpha, side=UP, population=population)[-1]
+                and crossed(z, high_edge, alpha=alpha, side=DOWN, population=population)[-1])
 
 
 def next_group_round(cells: Mapping[tuple[str, int], Sequence[float]], groups: Mapping[str, Collection[str]],
@@ -540,7 +608,7 @@ def next_group_round(cells: Mapping[tuple[str, int], Sequence[float]], groups: M
             if not s.needed or any(o.needed and o.length > s.length and o.mean is not None
                                    and o.mean > settings.threshold for o in states):
                 continue
-            target = min(settings.cap_for(s.length), s.n + settings.round_size)
+            target = settings.next_count(s.n, settings.cap_for(s.length))
             for t in tasks:
                 have = len(cells.get((t, s.length), ()))
                 if target > have:

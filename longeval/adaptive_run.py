@@ -68,7 +68,9 @@ def settings_for(cfg: Config) -> Settings:
     return Settings(threshold=suite.effective_threshold / 100, alpha=1 - suite.adaptive_confidence,
                     round_size=suite.shard_size * suite.adaptive_round, cap=suite.samples,
                     length_caps=tuple((n, c) for n, c in sorted(caps.items()) if c != suite.samples),
-                    without_replacement=bool(suite.shuffle))
+                    without_replacement=bool(suite.shuffle), round_growth=suite.adaptive_growth,
+                    round_max=suite.shard_size * suite.adaptive_round_max,
+                    alpha_split=suite.adaptive_alpha_split, near_stop=suite.adaptive_near_stop)
 
 
 def read_cells(root: RunRoot, scores: pa.Table | None = None, *, plan: Plan | None = None

@@ -175,6 +175,7 @@ SHARD_SIZE = 25
 ADAPTIVE_SHARD_SIZE = 10
 """An adaptive run's default round: one shard of 10 per open cell (benchmarks/README.md, `adaptive.py`)."""
 ADAPTIVE_TARGETS = ("tasks", "groups", "suite")
+ADAPTIVE_ALPHA_SPLITS = ("equal", "length")
 
 
 @dataclass
@@ -198,7 +199,22 @@ class SuiteConfig:
     the confidence of each cell's decision times the lengths (valid however often the bounds are checked;
     docs/adaptive.md)."""
     adaptive_round: int = 1
-    """Shards (of `shard_size` instances) each undecided cell gets per adaptive round."""
+    """Shards (of `shard_size` instances) each undecided cell gets per adaptive round: the first round, and the
+    unit of later ones."""
+    adaptive_growth: float = 1.0
+    """Round schedule: a cell (a group's length) at n instances gets the largest whole number of rounds not above
+    (adaptive_growth - 1) * n next, at least one (`longeval.adaptive.Settings.round_growth`). 1.0: constant
+    rounds. With small shards (`shard_size=2`) and 1.25, rounds start small and grow for the lengths that stay
+    open (docs/adaptive.md, "Round schedule")."""
+    adaptive_round_max: int = 0
+    """Most shards one cell gets in a round of the schedule (0: no limit)."""
+    adaptive_near_stop: bool = False
+    """Group targets (`groups`, `suite`): stop a length, undecided and flagged near the threshold, once its bounds
+    lie within the full sweep's own noise band of the threshold, instead of sampling it to its cap
+    (docs/adaptive.md). Off: such a length is decided by these instances and flagged."""
+    adaptive_alpha_split: str = "equal"
+    """How `1 - adaptive_confidence` is split over a task's (a group's) lengths: `equal` shares, or `length`, in
+    proportion to the length, so the dear long lengths decide sooner (docs/adaptive.md)."""
     adaptive_target: str = "tasks"
     """What an adaptive run samples until decided (docs/adaptive.md): `tasks`, every (task, length) cell (each
     task's effective length); `groups`, each skill group's and the suite's effective length on the group's mean;
@@ -729,6 +745,13 @@ def _check(cfg: Config, preset_scopes: frozenset[str] = frozenset()) -> None:
     if cfg.suite.adaptive and not (0 < cfg.suite.adaptive_confidence < 1 and cfg.suite.adaptive_round >= 1):
         raise ConfigError("suite.adaptive_confidence must lie strictly between 0 and 1 (e.g. 0.95) and "
                           "suite.adaptive_round must be at least 1")
+    if cfg.suite.adaptive and (cfg.suite.adaptive_growth < 1 or cfg.suite.adaptive_round_max < 0):
+        raise ConfigError(f"suite.adaptive_growth={cfg.suite.adaptive_growth} must be at least 1 (1: constant"
+                          f" rounds; e.g. 1.25) and suite.adaptive_round_max={cfg.suite.adaptive_round_max} at"
+                          " least 0 (0: no limit)")
+    if cfg.suite.adaptive_alpha_split not in ADAPTIVE_ALPHA_SPLITS:
+        raise ConfigError(f"suite.adaptive_alpha_split={cfg.suite.adaptive_alpha_split!r}; choices: "
+                          f"{', '.join(ADAPTIVE_ALPHA_SPLITS)} (e.g. suite.adaptive_alpha_split=length)")
     if cfg.suite.adaptive_target not in ADAPTIVE_TARGETS:
         raise ConfigError(f"suite.adaptive_target={cfg.suite.adaptive_target!r}; choices: "
                           f"{', '.join(ADAPTIVE_TARGETS)} (e.g. suite.adaptive_target=suite)")

@@ -378,3 +378,127 @@ def test_a_task_in_two_groups_gets_the_larger_round_and_groups_use_the_fewest_dr
     assert want[("t/a", 1)] == want[("t/b", 1)] == 10  # ab: 20 columns, brought to 30 (all asks for none)
     states, _ = assess_group(cells, ["t/a", "t/b", "t/c"], settings)
     assert states[0].n == 10
+
+
+# -- round schedule and alpha split (issue #25: rounds that start small, alpha where the tokens are) --------------
+
+def _schedule(settings: Settings, cap: int) -> list[int]:
+    """The draw counts at which a cell (a group's length) open until its cap is looked at."""
+    counts, n = [], 0
+    while n < cap:
+        n = settings.next_count(n, cap)
+        counts.append(n)
+    return counts
+
+
+GROWN = Settings(threshold=0.856, alpha=ALPHA, round_size=2, cap=500, round_growth=1.25, round_max=10,
+                 alpha_split="length")
+"""The suite target's recommended schedule (docs/adaptive.md): shards of 2, growing by a quarter up to 10."""
+
+
+def test_the_round_schedule_starts_small_grows_geometrically_and_is_bounded():
+    assert _schedule(Settings(threshold=0.856, round_size=10, cap=500), 500) == list(range(10, 501, 10))
+    counts = _schedule(GROWN, 500)
+    steps = np.diff([0, *counts])
+    assert counts[:3] == [2, 4, 6] and counts[-1] == 500
+    assert all(s % 2 == 0 and 2 <= s <= 10 for s in steps) and list(steps[:-1]) == sorted(steps[:-1])
+    assert all(b <= max(a + 2, 1.25 * a) for a, b in zip(counts, counts[1:], strict=False))
+    assert len(counts) < len(_schedule(replace(GROWN, round_growth=1.0), 500)) / 4  # 2-draw rounds: 250
+    unbounded = _schedule(replace(GROWN, round_max=0, round_growth=2.0), 500)
+    assert unbounded[:6] == [2, 4, 8, 16, 32, 64]  # doubling, in whole rounds
+    assert _schedule(GROWN, 7) == [2, 4, 6, 7]  # never past the cap
+
+
+def test_the_alpha_split_sums_to_alpha_and_follows_the_length():
+    lengths = [4096, 8192, 16384, 32768, 65536, 131072]
+    by_length = GROWN.length_alphas(lengths)
+    assert sum(by_length.values()) == pytest.approx(ALPHA)
+    assert by_length[131072] == pytest.approx(32 * by_length[4096]) and by_length[131072] > ALPHA / 3
+    assert S.length_alphas(lengths) == dict.fromkeys(lengths, ALPHA / 6)
+    assert Settings(threshold=0.5, per_task=False).length_alphas([1, 2]) == {1: ALPHA, 2: ALPHA}
+    with pytest.raises(ValueError, match="choices: equal, length"):
+        Settings(threshold=0.5, alpha_split="cost").length_alphas([1])
+
+
+@pytest.mark.parametrize("population", [
+    np.r_[np.ones(172), np.zeros(28)][None],  # one task, 0/1, on the threshold: the hardest case for the bound
+    _tasks(*np.linspace(0.656, 1.0, 13), n=200),  # 13 tasks, 40 points of spread
+], ids=["one-task", "spread-40"])
+def test_the_grown_schedule_with_the_length_split_keeps_the_effective_length_right(population):
+    """Coverage with the new schedule: six lengths whose group mean sits exactly on the threshold, so `above` is
+    wrong at every length (and `below` is wrong for a threshold a hair under the mean, which needs the upper
+    bound to pass the mean). Looked at after every round of GROWN (from 2 draws on) with alpha split in
+    proportion to the length, the runs in which some length's lower (upper) bound passes the mean stay at or
+    below alpha. With alpha per length instead, the one-task case is wrong in more than alpha of the runs: the
+    check has the power to fail."""
+    rng = np.random.default_rng(21)
+    lengths, runs, n = (1, 2, 4, 8, 16, 32), 500, population.shape[1]
+    looks = np.array(_schedule(replace(GROWN, cap=n), n)[:-1]) - 1  # before the cap decides exactly
+    mean = population.mean()
+
+    def wrong_runs(alphas: dict[int, float], side: int, at: float) -> float:
+        wrong = np.zeros(runs, dtype=bool)
+        for length in lengths:
+            z = stratified_columns(_rounds(rng, population, runs))
+            wrong |= crossed(z, at, alpha=alphas[length], side=side, population=n)[:, looks].any(axis=1)
+        return float(wrong.mean())
+
+    split = GROWN.length_alphas(lengths)
+    assert wrong_runs(split, UP, mean) <= ALPHA and wrong_runs(split, DOWN, mean) <= ALPHA
+    if len(population) == 1:
+        assert wrong_runs(dict.fromkeys(lengths, ALPHA), UP, mean) > ALPHA
+
+
+def test_the_grown_schedule_spends_fewer_tokens_for_the_same_suite_effective_length():
+    """Replays of a suite curve (13 tasks, 40 points of spread at the long lengths, benchmarks/adaptive.py):
+    rounds of 10 spend 2.9 % of the full sweep's tokens; the schedule starting at 2 with the length split stays
+    under 2.6 % on average, both naming the full sweep's suite effective length in every replay. Same seed, same
+    rounds and decisions."""
+    from benchmarks.adaptive import SUITE_PROFILES, suite_full, suite_replay, suite_synthetic
+
+    means, spreads = SUITE_PROFILES["suite sharp drop"]
+    cells, _ = suite_synthetic(means, spreads, 500, 0)
+    total = sum(float(k[1]) * len(v) for k, v in cells.items())
+    costs = dict.fromkeys({n for _, n in cells}, 1.0)
+    old = Settings(threshold=0.856, alpha=ALPHA, round_size=10, cap=500, intervals=False)
+    new = replace(GROWN, intervals=False)
+    full, near = suite_full(cells, old)
+    assert (full, near) == (16384, False)
+    shares = {}
+    for name, settings in (("old", old), ("new", new)):
+        rng = np.random.default_rng(1)
+        out = [suite_replay(cells, settings, rng, costs, target="suite") for _ in range(8)]
+        assert all(o[0] == full for o in out)
+        shares[name] = np.mean([o[2] / total for o in out])
+    assert shares["new"] < 0.026 < shares["old"]
+    again = suite_replay(cells, new, np.random.default_rng(1), costs, target="suite")
+    assert again == suite_replay(cells, new, np.random.default_rng(1), costs, target="suite")
+
+
+def _run_group(full: dict, tasks: list[str], settings: Settings) -> tuple[list, dict]:
+    used = dict.fromkeys(full, 0)
+    while extra := next_group_round({k: full[k][:used[k]] for k in full}, {"all": tasks}, settings):
+        for key, more in extra.items():
+            used[key] += more
+    return assess_group({k: full[k][:used[k]] for k in full}, tasks, settings)[0], used
+
+
+def test_near_stop_leaves_a_coin_flip_length_undecided_early_and_never_changes_a_decision():
+    """`near_stop`: 13 tasks whose mean at length 2 sits on the threshold (the full sweep's answer there is a coin
+    flip). Without it the length is sampled to its cap (decided by these instances, flagged); with it, it stops
+    well before, undecided and flagged. Length 1 (far above) and 4 (far below) are decided the same either way,
+    at the same counts."""
+    rng = np.random.default_rng(30)
+    tasks = [f"t/{i}" for i in range(13)]
+    ps = {1: np.linspace(0.9, 1.0, 13), 2: np.linspace(0.756, 0.956, 13), 4: np.linspace(0.2, 0.6, 13)}
+    full = {(t, n): rng.permutation(_tasks(p, n=400)[0]) for n in ps for t, p in zip(tasks, ps[n], strict=True)}
+    base = Settings(threshold=float(np.mean([full[(t, 2)].mean() for t in tasks])), alpha=ALPHA, round_size=10,
+                    cap=400)
+    plain, plain_used = _run_group(full, tasks, base)
+    stopped, stopped_used = _run_group(full, tasks, replace(base, near_stop=True))
+    by_plain, by_stop = {s.length: s for s in plain}, {s.length: s for s in stopped}
+    assert by_plain[2].n == 400 and by_plain[2].near_threshold
+    assert by_stop[2].decision == UNDECIDED and by_stop[2].near_threshold and not by_stop[2].needed
+    assert by_stop[2].n <= 0.95 * 400  # here 370: the band is narrow (13 x 400 instances), the gain modest
+    assert by_stop[4] == by_plain[4] and by_stop[4].decision == BELOW
+    assert all(stopped_used[(t, 4)] == plain_used[(t, 4)] for t in tasks)

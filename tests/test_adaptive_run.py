@@ -64,6 +64,34 @@ def test_an_unknown_adaptive_target_is_refused(tmp_path):
         _cfg(tmp_path, "suite.adaptive_target=cells")
 
 
+def test_the_round_schedule_and_alpha_split_reach_the_settings_and_bad_values_are_refused(tmp_path):
+    from longeval.errors import ConfigError
+
+    cfg = _cfg(tmp_path, "suite.shard_size=2", "suite.adaptive_growth=1.25", "suite.adaptive_round_max=5",
+               "suite.adaptive_alpha_split=length", "suite.adaptive_near_stop=true")
+    settings = settings_for(cfg)
+    assert (settings.round_size, settings.round_growth, settings.round_max, settings.alpha_split,
+            settings.near_stop) == (2, 1.25, 10, "length", True)
+    assert settings_for(_cfg(tmp_path)).round_growth == 1.0  # constant rounds unless asked
+    with pytest.raises(ConfigError, match="adaptive_growth=0.5 must be at least 1"):
+        _cfg(tmp_path, "suite.adaptive_growth=0.5")
+    with pytest.raises(ConfigError, match="choices: equal, length"):
+        _cfg(tmp_path, "suite.adaptive_alpha_split=cost")
+
+
+def test_a_growing_schedule_takes_the_full_sweeps_next_shards_in_growing_rounds(tmp_path):
+    """`suite.adaptive_growth=2`, shards of 1, at most 3 a round: an open cell at 2 instances gets 2 more shards,
+    one at 4 gets 3 (the cap of a round), one at 0 a single shard; a decided cell none."""
+    cfg = _cfg(tmp_path, "suite.adaptive_growth=2", "suite.adaptive_round_max=3")
+    scores = {("ruler/niah_single_1", 1024): np.r_[1.0, 0.0], ("ruler/niah_single_1", 2048): np.ones(4),
+              ("ruler/vt", 1024): np.zeros(0), ("ruler/vt", 2048): np.zeros(12)}
+    shards = round_shards(cfg, assess(scores, settings_for(cfg)))
+    assert sorted(s.name for s in shards) == [
+        "ruler.niah_single_1.L1024.s42.00002", "ruler.niah_single_1.L1024.s42.00003",
+        "ruler.niah_single_1.L2048.s42.00004", "ruler.niah_single_1.L2048.s42.00005",
+        "ruler.niah_single_1.L2048.s42.00006", "ruler.vt.L1024.s42.00000"]
+
+
 def test_stages_of_an_adaptive_run_go_together(tmp_path):
     from longeval.errors import ConfigError
     from longeval.pipeline import run
@@ -213,15 +241,18 @@ def test_a_run_killed_mid_round_resumes_without_redoing_work_and_decides_the_sam
 
 
 @pytest.mark.engine
-def test_a_suite_target_run_decides_the_suites_effective_length_and_resumes(tmp_path, tiny_model_path):
+@pytest.mark.parametrize("schedule", [(), ("suite.adaptive_growth=2", "suite.adaptive_round_max=4",
+                                           "suite.adaptive_alpha_split=length", "suite.adaptive_near_stop=true")],
+                         ids=["constant", "growing"])
+def test_a_suite_target_run_decides_the_suites_effective_length_and_resumes(tmp_path, tiny_model_path, schedule):
     """`suite.adaptive_target=suite` on the tiny model (scores 0): every task gets the same shards per length
     (equal rounds), the suite's mean is decided below at both lengths by its own bound, and a rerun does no new
-    inference."""
+    inference; the same with the round schedule, the length split and the near stop (docs/adaptive.md)."""
     from longeval.adaptive_run import run_rounds
     from longeval.models import resolve_model_path
     from longeval.pipeline import run
 
-    cfg = _cfg(tmp_path, "suite.adaptive_target=suite")
+    cfg = _cfg(tmp_path, "suite.adaptive_target=suite", *schedule)
     result = run(cfg)
     cells = result.adaptive["adaptive"].to_pylist()
     by_length: dict[int, set[int]] = {}
