@@ -16,7 +16,7 @@ from longeval.plan import make_plan
 from longeval.store import RunRoot
 from longeval.tasks.base import DataPaths, data_fingerprint
 from longeval.tasks.ruler.templates import TEMPLATES_FINGERPRINT
-from longeval.text.corpus import load_essays
+from longeval.text.corpus import essays_identity
 from longeval.text.ruler_format import RULER_MODEL_TEMPLATES_FINGERPRINT
 from longeval.text.tokenizer import chat_template_fingerprint, load_tokenizer, tokenizer_fingerprint
 
@@ -41,7 +41,7 @@ COMPARED_VERSIONS = ("tokenizer_fingerprint", "chat_template_fingerprint", "data
 def write_provenance(cfg: Config, root: RunRoot, model_path: str) -> None:
     """The resolved config and every version and fingerprint needed to reproduce a number."""
     tokenizer = load_tokenizer(model_path)
-    corpus = load_essays(cfg.suite.data.essay_dir)
+    corpus = essays_identity(cfg.suite.data.essay_dir)
     versions = {
         "longeval": __version__,
         "python": platform.python_version(),

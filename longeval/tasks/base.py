@@ -18,7 +18,7 @@ from longeval.errors import LengthError
 from longeval.files import fingerprint
 from longeval.records import Instance, content_id
 from longeval.scoring.judgement import Judge
-from longeval.text.corpus import load_essays
+from longeval.text.corpus import essays_identity
 from longeval.text.fit import context_budget, fit_context  # noqa: F401  (their home before longeval.text.fit)
 from longeval.text.pieces import Piece, assemble
 from longeval.text.render import Frame, PromptFormat, render_frame, render_parts
@@ -96,7 +96,7 @@ class Draft:
 def data_fingerprint(data: DataPaths) -> str:
     """A hash of the data behind the instances (part of every instance id): the essay corpus and each data
     file, local or remote, so changed data gets new instance ids and a run root refuses it."""
-    h = hashlib.sha256(load_essays(data.essay_dir).fingerprint.encode())
+    h = hashlib.sha256(essays_identity(data.essay_dir).fingerprint.encode())
     for path in (data.squad_path, data.hotpotqa_path, data.longbench_v2_path):
         h.update(file_fingerprint(path))
     return h.hexdigest()[:16]

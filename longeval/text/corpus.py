@@ -97,21 +97,41 @@ def split_sentences(text: str) -> list[str]:
     return [unit for unit, _ in split_units(text)]
 
 
-def _make(name: str, texts: list[str]) -> Corpus:
-    joined = "\n\n".join(texts)
-    units = split_units(joined)
-    digest = hashlib.sha256(joined.encode("utf-8")).hexdigest()[:16]
-    return Corpus(name=name, sentences=tuple(u for u, _ in units), fingerprint=digest, words=len(joined.split()),
-                  starts=tuple(s for _, s in units))
+@dataclass(frozen=True)
+class CorpusIdentity:
+    """What a run records of its essay corpus (versions.json, instance ids), known without splitting it."""
+
+    name: str
+    fingerprint: str
+    words: int
+
+
+@lru_cache(maxsize=4)
+def essays_identity(essay_dir: str | None = None) -> CorpusIdentity:
+    """The essay corpus's name, fingerprint and word count: what the driver needs, without `load_essays`'s
+    sentence split (Punkt: seconds and about 80 MB in every process that splits)."""
+    return _identity(*_essay_text(essay_dir))
+
+
+def _identity(name: str, joined: str) -> CorpusIdentity:
+    return CorpusIdentity(name, hashlib.sha256(joined.encode("utf-8")).hexdigest()[:16], len(joined.split()))
 
 
 @lru_cache(maxsize=4)
 def load_essays(essay_dir: str | None = None) -> Corpus:
     """The essay haystack: a user folder of .txt files, or the pinned CPython documentation text."""
+    name, joined = _essay_text(essay_dir)
+    identity, units = _identity(name, joined), split_units(joined)
+    return Corpus(name=identity.name, sentences=tuple(u for u, _ in units), fingerprint=identity.fingerprint,
+                  words=identity.words, starts=tuple(s for _, s in units))
+
+
+def _essay_text(essay_dir: str | None) -> tuple[str, str]:
+    """The corpus's name and its texts joined."""
     if essay_dir is None:
         from pydoc_data.topics import topics
 
-        return _make(PYDOC, [topics[key] for key in sorted(topics)])
+        return PYDOC, "\n\n".join(topics[key] for key in sorted(topics))
     folder = Path(essay_dir).expanduser()
     files = sorted(folder.glob("**/*.txt")) if folder.is_dir() else []
     if not files:
@@ -128,7 +148,7 @@ def load_essays(essay_dir: str | None = None) -> Corpus:
             raise DataFileError(
                 f"{manifest}: not a corpus manifest ({exc}); remove it or fetch the essays again"
             ) from exc
-    return _make(name, [f.read_text(encoding="utf-8", errors="replace") for f in files])
+    return name, "\n\n".join(f.read_text(encoding="utf-8", errors="replace") for f in files)
 
 
 def comparable_with_ruler(name: str) -> bool:

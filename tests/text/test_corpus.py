@@ -11,10 +11,11 @@ from longeval.errors import DataFileError
 from longeval.text.corpus import (
     MAX_UNIT_WORDS,
     NOISE,
-    _make,
     comparable_with_ruler,
+    essays_identity,
     load_essays,
     noise_sentences,
+    punkt_english,
     sent_tokenize,
     split_sentences,
     split_units,
@@ -85,14 +86,27 @@ def test_long_sentences_are_cut_into_units() -> None:
     assert "".join(units).split() == text.split()
 
 
-def test_units_say_which_begin_a_sentence() -> None:
+def test_units_say_which_begin_a_sentence(tmp_path: Path) -> None:
     """Needles go only before a sentence's first unit, never between the word chunks of a long one."""
     text = "Short one. " + " ".join(f"w{i}" for i in range(MAX_UNIT_WORDS + 3)) + "! Why? Done"
     units = split_units(text)
     assert [start for _, start in units] == [True, True, False, True, True]
     assert [u for u, _ in units] == split_sentences(text)
-    corpus = _make("x", [text])
+    (tmp_path / "one.txt").write_text(text)
+    corpus = load_essays(str(tmp_path))
     assert corpus.starts == (True, True, False, True, True) and len(corpus.starts) == len(corpus.sentences)
+
+
+def test_the_corpus_identity_needs_no_sentence_split(tmp_path: Path) -> None:
+    """The driver records the corpus (versions.json, instance ids) without loading Punkt."""
+    (tmp_path / "a.txt").write_text("First essay. It has two sentences.")
+    (tmp_path / "b.txt").write_text("Second one!")
+    punkt_english.cache_clear()
+    identity = essays_identity(str(tmp_path))
+    assert punkt_english.cache_info().misses == 0
+    corpus = load_essays(str(tmp_path))
+    assert (identity.name, identity.fingerprint, identity.words) == (corpus.name, corpus.fingerprint, corpus.words)
+    assert identity.words == 8 and punkt_english.cache_info().misses == 1
 
 
 def test_noise_sentences_are_rulers() -> None:
