@@ -299,8 +299,25 @@ class Location:
         return self.call(f"look up {self.path(rel)}", self.fs.get_file_info, self.full(rel))
 
     def exists(self, rel: str = "") -> bool:
-        """Whether a file (not a folder) exists at `rel`."""
+        """Whether a file (not a folder) exists at `rel` (on S3 one HEAD: pyarrow follows a missing key with a
+        listing, to tell a folder, and a lease's heartbeat asks after a missing claim every beat)."""
+        if self.kind == "s3" and rel:
+            return self.call(f"look up {self.path(rel)}", self._s3_head, rel)
         return self.info(rel).type == pafs.FileType.File
+
+    def _s3_head(self, rel: str) -> bool:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self._client().head_object(Bucket=self.bucket, Key=self._key(rel))
+        except ClientError as exc:
+            error = _os_error(exc)
+            if isinstance(error, FileNotFoundError):
+                return False
+            raise error from exc
+        except BotoCoreError as exc:
+            raise ConnectionError(f"AWS Error NETWORK_CONNECTION: {exc}") from exc
+        return True
 
     def files(self, rel: str = "") -> list[str]:
         """Base names of the files directly inside `rel` (none if it does not exist)."""

@@ -228,3 +228,13 @@ def test_compaction_maps_parts_to_shards_from_the_metadata_the_driver_kept(
     meter.stage(began, time.time(), PREFIX)
     read = [r for r in meter.requests if began <= r.t and f"/{PREFIX}/compaction/instances/" in r.path]
     assert read == [] and done.written == N and done.rows == N
+
+
+def test_asking_after_a_missing_file_is_one_head(meter: S3Meter, logged_server: S3Server) -> None:
+    """A lease's heartbeat asks after the claim after its own every beat: one HEAD, not a HEAD and a listing of
+    `<key>/` (pyarrow's check for a folder of that name)."""
+    root = RunRoot(f"s3://{logged_server.bucket}/{PREFIX}/missing")
+    root.write_bytes("here.json", b"{}")
+    by_method, listings = requests(meter, lambda: (root.exists("_lease/000000000002.json"), root.exists("here.json")))
+    assert by_method == Counter({"HEAD": 2}) and listings == 0, (by_method, listings)
+    assert not root.exists("_lease/000000000002.json") and root.exists("here.json") and not root.exists("_lease")
