@@ -378,7 +378,8 @@ class RunRoot:
                 raise self._set_aside(stage, name, "its sha256 does not match its commit record")
         how = self._loc.copy(self._rel(source), to._loc, to._rel(stage, to_name + _PARQUET))
         self._loc.copy(self._commit_name(stage, name), to._loc, to._commit_name(stage, to_name))
-        to._wrote(to._rel(stage, to_name + _PARQUET), to._commit_name(stage, to_name))
+        to._wrote(to._rel(stage, to_name + _PARQUET), size=size)  # known: the sizes a scorer is handed stay ints
+        to._wrote(to._commit_name(stage, to_name))
         return CopiedShard(rows=rows, bytes=size, how=how)
 
     def stored_shards(self, stage: str) -> list[StoredShard]:
