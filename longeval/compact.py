@@ -26,7 +26,7 @@ from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, content_id, lat
 from longeval.shards import ORPHANS, ShardName, compacted_name, compacted_prefix
 from longeval.store import RunRoot
 
-__all__ = ["Compaction", "compact_predictions"]
+__all__ = ["SHARD_COLUMNS", "Compaction", "compact_predictions", "shard_prefixes"]
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +55,7 @@ def compact_predictions(root: RunRoot, meta: pa.Table | None = None) -> Compacti
     parts = sorted(n for n in names if compacted_prefix(n) is None)
     if not parts:
         return Compaction()
-    if meta is None:
-        meta = root.read_stage("instances", INSTANCE_SCHEMA, columns=SHARD_COLUMNS)
-    shard_of = dict(zip(meta["instance_id"].to_pylist(),
-                        (ShardName.of(r).prefix for r in meta.select(SHARD_COLUMNS[1:]).to_pylist()), strict=True))
+    shard_of = shard_prefixes(root, meta)
     new_rows = root.read_stage(STAGE, PREDICTION_SCHEMA, names=parts)
     touched = {shard_of.get(i, ORPHANS) for i in new_rows["instance_id"].to_pylist()}
     merged = sorted(n for n in names if compacted_prefix(n) in touched)
@@ -83,6 +80,16 @@ def compact_predictions(root: RunRoot, meta: pa.Table | None = None) -> Compacti
                       rows=keep.num_rows)
     log.info("predictions: %d files merged into %d (%d rows)", done.read, len(written), done.rows)
     return done
+
+
+def shard_prefixes(root: RunRoot, meta: pa.Table | None = None) -> dict[str, str]:
+    """Each instance's generated shard (`ShardName.of(...).prefix`) by id: where a part's predictions belong.
+    `meta`: the instances' `SHARD_COLUMNS` when the caller has them (else read: a driver that read the metadata
+    columns already has them kept, `RunRoot.read_stage`)."""
+    if meta is None:
+        meta = root.read_stage("instances", INSTANCE_SCHEMA, columns=SHARD_COLUMNS)
+    prefixes = (ShardName.of(row).prefix for row in meta.select(SHARD_COLUMNS[1:]).to_pylist())
+    return dict(zip(meta["instance_id"].to_pylist(), prefixes, strict=True))
 
 
 def _tag(table: pa.Table) -> str:

@@ -12,8 +12,10 @@ Transient S3 errors (connection refused, timeouts, 5xx, throttling) are retried 
 to `patience_s` seconds (default 300, `LONGEVAL_S3_PATIENCE_S`), so a store that restarts mid-run costs a pause,
 not the run. Other failures become a `StoreError` that names the endpoint and what to check.
 
-One S3 request goes through boto3 instead: the conditional PutObject (`If-None-Match: *`) behind `Location.create`,
-which pyarrow cannot send; it uses the same environment.
+Two S3 requests go through boto3 instead, set up from the same environment: the conditional PutObject
+(`If-None-Match: *`) behind `Location.create`, which pyarrow cannot send, and the GetObject of a whole-file read
+(`Location.read_bytes`), which pyarrow precedes with a HEAD for the size. Parquet reads stay with pyarrow; given
+the file's size (a listing has it), `Location.parquet` opens one without that HEAD.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import logging
 import os
 import re
 import shutil
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +36,7 @@ from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import pyarrow as pa
+import pyarrow.dataset as pads
 from pyarrow import fs as pafs
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
@@ -189,6 +193,8 @@ class Location:
         self.endpoint: S3Endpoint | None = None
         self.bucket = ""
         self._fs_cache: pafs.FileSystem | None = None
+        self._client_cache: Any = None
+        self._client_lock = threading.Lock()
         uri = uri.strip()
         # Not `pafs.FileSystem.from_uri`: for s3:// it builds a filesystem with default options and may ask the
         # network for the bucket's region (our endpoint and retries are set below), and it refuses relative paths.
@@ -224,8 +230,11 @@ class Location:
     def __getstate__(self) -> dict[str, Any]:
         # Ray pickles locations into workers: ship the URI and options, rebuild the filesystem there.
         state = self.__dict__.copy()
-        state["_fs_cache"] = None
+        state["_fs_cache"] = state["_client_cache"] = state["_client_lock"] = None
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _client_lock=threading.Lock())
 
     # -- paths --------------------------------------------------------------------------------------------
 
@@ -290,8 +299,25 @@ class Location:
         return self.call(f"look up {self.path(rel)}", self.fs.get_file_info, self.full(rel))
 
     def exists(self, rel: str = "") -> bool:
-        """Whether a file (not a folder) exists at `rel`."""
+        """Whether a file (not a folder) exists at `rel` (on S3 one HEAD: pyarrow follows a missing key with a
+        listing, to tell a folder, and a lease's heartbeat asks after a missing claim every beat)."""
+        if self.kind == "s3" and rel:
+            return self.call(f"look up {self.path(rel)}", self._s3_head, rel)
         return self.info(rel).type == pafs.FileType.File
+
+    def _s3_head(self, rel: str) -> bool:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self._client().head_object(Bucket=self.bucket, Key=self._key(rel))
+        except ClientError as exc:
+            error = _os_error(exc)
+            if isinstance(error, FileNotFoundError):
+                return False
+            raise error from exc
+        except BotoCoreError as exc:
+            raise ConnectionError(f"AWS Error NETWORK_CONNECTION: {exc}") from exc
+        return True
 
     def files(self, rel: str = "") -> list[str]:
         """Base names of the files directly inside `rel` (none if it does not exist)."""
@@ -333,14 +359,46 @@ class Location:
         """`rel` opened for random-access reading (Parquet footers, ranges); the open is retried, reads are not."""
         return self.call(f"open {self.path(rel)}", self.fs.open_input_file, self.full(rel))
 
+    def parquet(self, rel: str, *, size: int | None = None, page_checksums: bool = True) -> pads.ParquetFileFragment:
+        """`rel` as a Parquet fragment: its footer read on first use and kept, then only the ranges asked for
+        (pre-buffered: one request per row group's columns where they lie close), pages checked against their
+        checksums. `size`: the file's bytes, when a listing said (on S3 this spares the HEAD request an open
+        makes)."""
+        options = pads.ParquetFragmentScanOptions(pre_buffer=True, page_checksum_verification=page_checksums)
+        return pads.ParquetFileFormat(default_fragment_scan_options=options).make_fragment(
+            self.full(rel), filesystem=self.fs, file_size=size)
+
     def read_bytes(self, rel: str = "") -> bytes:
-        """The whole file at `rel`, the read retried as one operation."""
+        """The whole file at `rel`, the read retried as one operation (on S3 one GetObject, no HEAD first)."""
+        if self.kind == "s3":
+            return self.call(f"read {self.path(rel)}", self._s3_get, rel)
 
         def read() -> bytes:
             with self.fs.open_input_stream(self.full(rel)) as f:
                 return f.read()
 
         return self.call(f"read {self.path(rel)}", read)
+
+    def read_if_exists(self, rel: str) -> bytes | None:
+        """The whole file at `rel`, or None when there is none: one request where `exists` then `read_bytes`
+        take two or three."""
+        try:
+            return self.read_bytes(rel)
+        except StoreError as exc:
+            if isinstance(exc.__cause__, FileNotFoundError):
+                return None
+            raise
+
+    def _s3_get(self, rel: str) -> bytes:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            response = self._client().get_object(Bucket=self.bucket, Key=self._key(rel))
+            return response["Body"].read()
+        except ClientError as exc:
+            raise _os_error(exc) from exc
+        except BotoCoreError as exc:  # endpoint unreachable, timeouts, a body cut short
+            raise ConnectionError(f"AWS Error NETWORK_CONNECTION: {exc}") from exc
 
     def write_bytes(self, rel: str, data: bytes | pa.Buffer) -> None:
         """Publish `data` at `rel` atomically: readers see the whole file or the old one, never a torn one."""
@@ -380,19 +438,30 @@ class Location:
 
         return self._publish_temp(rel, data, "create", link)
 
+    def _client(self) -> Any:
+        """The boto3 S3 client for what pyarrow cannot send in one request, set up from the same environment
+        (endpoint, region, credentials chain) as the pyarrow filesystem; built once (clients are thread-safe)."""
+        with self._client_lock:
+            if self._client_cache is None:
+                import boto3
+                from botocore.config import Config as BotoConfig
+
+                region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+                self._client_cache = boto3.session.Session().client(  # a session of its own: thread-safe
+                    "s3", endpoint_url=self.endpoint.url if self.endpoint else None,
+                    region_name=region or ("us-east-1" if self.endpoint else None),
+                    config=BotoConfig(connect_timeout=self.connect_timeout, retries={"max_attempts": 1},
+                                      max_pool_connections=32))
+            return self._client_cache
+
+    def _key(self, rel: str) -> str:
+        return self.full(rel).removeprefix(f"{self.bucket}/")
+
     def _s3_create(self, rel: str, data: bytes) -> bool:
-        # pyarrow has no conditional writes: this one request goes through boto3, set up from the same
-        # environment (endpoint, region, credentials chain) as the pyarrow filesystem.
-        import boto3
-        from botocore.config import Config as BotoConfig
+        # pyarrow has no conditional writes: this one request goes through boto3.
         from botocore.exceptions import BotoCoreError, ClientError
 
-        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
-        client = boto3.session.Session().client(  # a session of its own: boto3's default one is not thread-safe
-            "s3", endpoint_url=self.endpoint.url if self.endpoint else None,
-            region_name=region or ("us-east-1" if self.endpoint else None),
-            config=BotoConfig(connect_timeout=self.connect_timeout, retries={"max_attempts": 1}))
-        key = self.full(rel).removeprefix(f"{self.bucket}/")
+        client, key = self._client(), self._key(rel)
 
         def put() -> bool:
             try:
@@ -560,6 +629,20 @@ class Location:
                 f"bucket {self.bucket!r} exists"
             )
         return StoreError(f"cannot {what}: {hint} [{message}]")
+
+
+def _os_error(exc: Any) -> OSError:
+    """A boto3 ClientError as the OSError pyarrow would raise: missing keys as FileNotFoundError, 5xx and
+    throttling as transient (`is_transient`), the AWS code kept for `Location.error`'s hints."""
+    code = exc.response.get("Error", {}).get("Code", "")
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    if code in ("NoSuchKey", "NotFound") or status == 404 and code != "NoSuchBucket":
+        return FileNotFoundError(errno.ENOENT, f"{code or status}: {exc}")
+    if status >= 500 or code in ("SlowDown", "ServiceUnavailable", "InternalError"):
+        return ConnectionError(f"HTTP status {status}: {exc}")
+    aws = {"NoSuchBucket": "NO_SUCH_BUCKET", "AccessDenied": "ACCESS_DENIED",
+           "InvalidAccessKeyId": "INVALID_ACCESS_KEY_ID", "SignatureDoesNotMatch": "SIGNATURE_DOES_NOT_MATCH"}
+    return OSError(f"AWS Error {aws.get(code, code)} HTTP status {status}: {exc}")
 
 
 # -- one URI at a time ---------------------------------------------------------------------------------------

@@ -125,12 +125,18 @@ def _alive(pid: int, started: float) -> bool:
 
 def current(root: RunRoot) -> Holder | None:
     """The run root's lease (its highest claim), released or not; None when no run ever took it."""
+    return _listed(root)[0]
+
+
+def _listed(root: RunRoot) -> tuple[Holder | None, list[int]]:
+    """The run root's lease and the claim numbers listed with it (one listing, unless the top claim is deleted
+    under it)."""
     for _ in range(3):
         claims = sorted(int(m.group(1)) for name in root.files(LEASE_DIR) if (m := _CLAIM.match(name)))
         if not claims:
-            return None
+            return None, []
         try:
-            return Holder.from_json(claims[-1], root.read_bytes(claim_name(claims[-1])))
+            return Holder.from_json(claims[-1], root.read_bytes(claim_name(claims[-1]))), claims
         except StoreError:  # a losing claim, deleted between the listing and the read: look again
             continue
     raise StoreError(f"cannot read the lease of {root.uri} ({root.path(LEASE_DIR)}): its claims keep changing; "
@@ -174,7 +180,7 @@ def acquire(root: RunRoot, *, heartbeat_s: float, stale_s: float, take_over: boo
     """
     forced_from = None  # take_over is for the holder first seen, not for a process that won a race since
     for _ in range(CLAIM_TRIES):
-        top = current(root)
+        top, claims = _listed(root)
         now = time.time()
         why = top.free_because(now) if top is not None else None
         if top is not None and why is None:
@@ -185,15 +191,15 @@ def acquire(root: RunRoot, *, heartbeat_s: float, stale_s: float, take_over: boo
         name = claim_name(mine.generation)
         if not root.create_bytes(name, mine.to_json()) and _claim_owner(root, mine.generation) != mine.run_id:
             continue  # another process claimed this number first: look again (if our retried request did, go on)
-        latest = current(root)
-        if latest is None or latest.generation != mine.generation:  # a later claim won (ours came from old news)
+        # A later claim won (ours came from old news): whoever made it saw ours, so it took the next number
+        # (one HEAD request, not a listing: a command lists the claims once).
+        if root.exists(claim_name(mine.generation + 1)):
             root.delete(name)
             continue
         if top is not None and why != "released":
             log.warning("taking over the lease of %s from %s: %s", root.uri, top.describe(now), why)
-        for other in root.files(LEASE_DIR):  # tidy: claims below the lease are history
-            if (m := _CLAIM.match(other)) and int(m.group(1)) < mine.generation:
-                root.delete(f"{LEASE_DIR}/{other}")
+        for other in claims:  # tidy: claims below the lease are history (all listed: later ones are above ours)
+            root.delete(claim_name(other))
         lease = Lease(root, mine, heartbeat_s=heartbeat_s)
         lease.start()
         return lease

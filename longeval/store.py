@@ -20,14 +20,15 @@ import logging
 import posixpath
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
+import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
@@ -38,6 +39,7 @@ from longeval.shards import PART_PREFIX
 __all__ = ["LEGACY_STAGES", "CopiedShard", "RunRoot", "StoredShard"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _PARQUET = ".parquet"
 _MANIFEST = "_manifest"
@@ -125,8 +127,11 @@ class RunRoot:
     ) -> None:
         # A Location pickles without its filesystem, so a RunRoot shipped to a Ray worker rebuilds it there.
         self._loc = Location(uri, attempts=attempts, connect_timeout=connect_timeout, patience_s=patience_s)
-        self._listed: dict[str, set[str]] | None = {} if remember_listings else None
-        """Base names of the files in each listed folder (`rel` -> names), when listings are remembered."""
+        self._listed: dict[str, dict[str, int | None]] | None = {} if remember_listings else None
+        """The files in each listed folder (`rel` -> base name -> bytes, None when unknown: written here since),
+        when listings are remembered; the sizes spare a HEAD request per read on S3."""
+        self._records: dict[str, dict[str, Any]] = {}
+        """Commit records read while their folder's listing was remembered (record path -> record)."""
         self._elsewhere: Counter[str] = Counter()
         """Folders other processes are writing now: never remembered."""
         self._kept: dict[tuple[str, tuple[str, ...], frozenset[str]], pa.Table] = {}
@@ -134,7 +139,7 @@ class RunRoot:
 
     def __getstate__(self) -> dict[str, Any]:
         # Another process sees other writes: it starts with no remembered listings.
-        return {**self.__dict__, "_listed": None, "_elsewhere": Counter(), "_kept": {}}
+        return {**self.__dict__, "_listed": None, "_elsewhere": Counter(), "_kept": {}, "_records": {}}
 
     # -- identity ---------------------------------------------------------------------------------------
 
@@ -165,13 +170,43 @@ class RunRoot:
                        row_group_size=rows_per_group(table))
         data = sink.getvalue()
         self._loc.write_bytes(self._rel(stage, name + _PARQUET), data)
-        self._wrote(self._rel(stage, name + _PARQUET))
+        self._wrote(self._rel(stage, name + _PARQUET), size=data.size)
         record = {"rows": table.num_rows, "bytes": data.size, "sha256": hashlib.sha256(data).hexdigest()}
         self.write_bytes(self._commit_name(stage, name), json.dumps(record, sort_keys=True).encode("utf-8"))
+        if self._remembered(self._rel(_MANIFEST, stage)):
+            self._records[self._commit_name(stage, name)] = record
 
     def commit_record(self, stage: str, name: str) -> dict[str, Any]:
-        """The commit record of a finished shard: its rows, bytes and sha256."""
-        return json.loads(self.read_bytes(self._commit_name(stage, name)))
+        """The commit record of a finished shard: its rows, bytes and sha256 (read once per listing, when
+        listings are remembered)."""
+        record = self._record(stage, name)
+        if record is None:
+            raise StoreError(f"shard {self.path(stage, name)} has no commit record; is the stage finished?")
+        return record
+
+    def _record(self, stage: str, name: str) -> dict[str, Any] | None:
+        """The commit record, or None when there is none; one request (none when remembered)."""
+        rel = self._commit_name(stage, name)
+        folder = posixpath.dirname(rel)
+        remembered = self._remembered(folder)
+        if remembered and rel in self._records:
+            return self._records[rel]
+        if remembered and posixpath.basename(rel) not in self._listed[folder]:
+            return None
+        raw = self._loc.read_if_exists(rel)
+        record = None if raw is None else json.loads(raw)
+        if remembered and record is not None:
+            self._records[rel] = record
+        return record
+
+    def shard_sizes(self, stage: str) -> dict[str, int | None]:
+        """The finished shards of a stage and their bytes as listed (None when not known), for readers in other
+        processes: `read_shard(size=...)` and `open_shard(size=...)` then skip a request each."""
+        return {name: self._size(stage, name) for name in self.shard_names(stage)}
+
+    def _size(self, stage: str, name: str) -> int | None:
+        folder = self._rel(stage)
+        return self._listed[folder].get(name + _PARQUET) if self._remembered(folder) else None
 
     def verify(self, stage: str) -> list[str]:
         """Finished shards of a stage whose bytes do not match their commit record (empty when all do)."""
@@ -185,13 +220,14 @@ class RunRoot:
 
     def read_stage(
         self, stage: str, schema: pa.Schema | None = None, *, columns: list[str] | None = None,
-        names: Iterable[str] | None = None,
+        names: Iterable[str] | None = None, sizes: Mapping[str, int | None] | None = None,
     ) -> pa.Table:
         """All finished shards of a stage (or those of `names`), concatenated in sorted shard-name order.
 
         With no shards, an empty table with `schema` (or with no columns when `schema` is None).
         `columns` reads only those columns (prompts are large; metadata reads should not pay for them).
-        Shards are read a few at a time: on S3 each costs a round trip or three.
+        Shards are read a few at a time: on S3 each costs a round trip or two. `sizes`: the shards' bytes as
+        another process listed them (`shard_sizes`), sparing a request each.
         """
         if columns is not None and schema is not None:
             schema = pa.schema([schema.field(c) for c in columns])
@@ -203,10 +239,12 @@ class RunRoot:
         key = (stage, tuple(columns or ()), frozenset(names))
         keep = columns is not None and not BULKY_COLUMNS & set(columns) and self._remembered(self._rel(stage)) \
             and self._remembered(self._rel(_MANIFEST, stage))
-        if keep and key in self._kept and self._kept[key].schema.equals(schema or self._kept[key].schema):
-            return self._kept[key]
+        if keep and (kept := self._kept_columns(key)) is not None and kept.schema.equals(schema or kept.schema):
+            return kept
+        sizes = sizes or {}
         with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(names))) as pool:
-            tables = list(pool.map(lambda n: self.read_shard(stage, n, schema, columns=columns), names))
+            tables = list(pool.map(lambda n: self.read_shard(stage, n, schema, columns=columns, size=sizes.get(n)),
+                                   names))
         try:
             table = pa.concat_tables(tables, promote_options="default" if schema is None else "none")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -218,8 +256,19 @@ class RunRoot:
             self._kept[key] = table
         return table
 
+    def _kept_columns(self, key: tuple[str, tuple[str, ...], frozenset[str]]) -> pa.Table | None:
+        """A kept table with these columns, or the columns of a kept read of more of them (the shard columns
+        compaction wants are among the metadata the infer stage read)."""
+        if key in self._kept:
+            return self._kept[key]
+        stage, columns, names = key
+        for (kept_stage, kept_columns, kept_names), table in self._kept.items():
+            if kept_stage == stage and kept_names == names and set(columns) <= set(kept_columns):
+                return table.select(list(columns))
+        return None
+
     def read_shard(self, stage: str, name: str, schema: pa.Schema | None = None, *,
-                   columns: list[str] | None = None) -> pa.Table:
+                   columns: list[str] | None = None, size: int | None = None) -> pa.Table:
         """One finished shard of a stage (only `columns`, when given), checked for damage.
 
         A whole read checks the bytes against the commit record's sha256. A read of some columns fetches only
@@ -231,9 +280,9 @@ class RunRoot:
                 partial copy); the shard is set aside under `_damaged/` and uncommitted, so a rerun redoes it.
         """
         if columns is not None:
-            return self._read_columns(stage, name, schema, columns)
+            return self._read_columns(stage, name, schema, columns, size=size)
         data = self.read_bytes(f"{stage}/{name}{_PARQUET}")
-        record = self.commit_record(stage, name) if self.exists(self._commit_name(stage, name)) else None
+        record = self._record(stage, name)
         if record is not None and (len(data) != record["bytes"]
                                    or hashlib.sha256(data).hexdigest() != record["sha256"]):
             raise self._set_aside(stage, name, "its sha256 does not match its commit record")
@@ -242,14 +291,15 @@ class RunRoot:
         except (pa.ArrowInvalid, OSError) as exc:
             raise self._set_aside(stage, name, f"it is not readable Parquet ({str(exc).splitlines()[0]})") from exc
 
-    def _read_columns(self, stage: str, name: str, schema: pa.Schema | None, columns: list[str]) -> pa.Table:
+    def _read_columns(self, stage: str, name: str, schema: pa.Schema | None, columns: list[str], *,
+                      size: int | None = None) -> pa.Table:
         rel = self._rel(stage, name + _PARQUET)
+        size = size if size is not None else self._size(stage, name)
 
-        def read() -> pa.Table:
+        def read(size: int | None) -> pa.Table:
             try:
-                with self._loc.fs.open_input_file(self._loc.full(rel)) as f:
-                    return pq.read_table(f, schema=schema, columns=columns, page_checksum_verification=True,
-                                         pre_buffer=True)
+                fragment = self._loc.parquet(rel, size=size)
+                return fragment.to_table(schema=schema, columns=columns)
             except pa.ArrowInvalid as exc:
                 raise _Unreadable(f"it is not readable Parquet ({str(exc).splitlines()[0]})") from exc
             except OSError as exc:
@@ -257,21 +307,37 @@ class RunRoot:
                     raise _Unreadable("a page's checksum does not match its bytes") from exc
                 raise  # the store's own errors: retried when transient, then a StoreError
 
+        return self._sized(stage, name, read, size)
+
+    def _sized(self, stage: str, name: str, read: Callable[[int | None], T], size: int | None) -> T:
+        """`read(size)` through the store's retries; a shard it finds unreadable is set aside, but only once a
+        read without the listed size agrees (that size may be stale: the shard written again since)."""
+        what = f"read {self.path(stage, name + _PARQUET)}"
         try:
-            return self._loc.call(f"read {self.path(stage, name + _PARQUET)}", read)
+            return self._loc.call(what, read, size)
+        except _Unreadable as exc:
+            if size is None:
+                raise self._set_aside(stage, name, str(exc)) from exc
+        try:
+            return self._loc.call(what, read, None)
         except _Unreadable as exc:
             raise self._set_aside(stage, name, str(exc)) from exc
 
-    def open_shard(self, stage: str, name: str) -> pq.ParquetFile:
-        """A finished shard opened for reading parts of it (row groups, columns); pages are checked against
-        their checksums as they are read."""
+    def open_shard(self, stage: str, name: str, *, size: int | None = None) -> pads.ParquetFileFragment:
+        """A finished shard opened for reading parts of it: its footer is read now and kept, then each
+        `fragment.subset(row_group_ids=[g]).to_table(columns=...)` reads only those ranges, pages checked
+        against their checksums. `size`: its bytes as listed (`shard_sizes`), sparing a request on S3."""
         rel = self._rel(stage, name + _PARQUET)
-        source = self._loc.open_input(rel)
-        try:
-            return pq.ParquetFile(source, page_checksum_verification=True, pre_buffer=True)
-        except pa.ArrowInvalid as exc:
-            source.close()
-            raise self._set_aside(stage, name, f"it is not readable Parquet ({str(exc).splitlines()[0]})") from exc
+
+        def open_(size: int | None) -> pads.ParquetFileFragment:
+            fragment = self._loc.parquet(rel, size=size)
+            try:
+                fragment.ensure_complete_metadata()
+            except pa.ArrowInvalid as exc:
+                raise _Unreadable(f"it is not readable Parquet ({str(exc).splitlines()[0]})") from exc
+            return fragment
+
+        return self._sized(stage, name, open_, size if size is not None else self._size(stage, name))
 
     def _set_aside(self, stage: str, name: str, why: str) -> DamagedShardError:
         """Move a damaged shard out of its stage and drop its commit record: readers no longer see it and a
@@ -312,7 +378,8 @@ class RunRoot:
                 raise self._set_aside(stage, name, "its sha256 does not match its commit record")
         how = self._loc.copy(self._rel(source), to._loc, to._rel(stage, to_name + _PARQUET))
         self._loc.copy(self._commit_name(stage, name), to._loc, to._commit_name(stage, to_name))
-        to._wrote(to._rel(stage, to_name + _PARQUET), to._commit_name(stage, to_name))
+        to._wrote(to._rel(stage, to_name + _PARQUET), size=size)  # known: the sizes a scorer is handed stay ints
+        to._wrote(to._commit_name(stage, to_name))
         return CopiedShard(rows=rows, bytes=size, how=how)
 
     def stored_shards(self, stage: str) -> list[StoredShard]:
@@ -383,27 +450,30 @@ class RunRoot:
         if self._listed is not None:
             self._listed.clear()
         self._kept.clear()
+        self._records.clear()
 
     # -- remembered listings ----------------------------------------------------------------------------
 
     def _files(self, rel: str) -> set[str]:
-        """Base names of the files directly in `rel`: remembered, or listed (and then remembered if allowed)."""
+        """Base names of the files directly in `rel`: remembered, or listed (and then remembered, with their
+        sizes, if allowed)."""
         if self._remembered(rel):
             return set(self._listed[rel])
-        names = set(self._loc.files(rel))
+        listing = {info.base_name: info.size for info in self._loc.listing(rel)}
         if self._listed is not None and self._elsewhere[rel] <= 0:
-            self._listed[rel] = names
-        return set(names)
+            self._listed[rel] = listing
+        return set(listing)
 
     def _remembered(self, rel: str) -> bool:
         return self._listed is not None and rel in self._listed and self._elsewhere[rel] <= 0
 
-    def _wrote(self, *rels: str) -> None:
+    def _wrote(self, *rels: str, size: int | None = None) -> None:
         if self._listed is not None:
             for rel in rels:
                 folder, base = posixpath.split(rel)
                 if folder in self._listed:
-                    self._listed[folder].add(base)
+                    self._listed[folder][base] = size
+                self._records.pop(rel, None)
                 self._drop_kept(folder)
 
     def _removed(self, *rels: str) -> None:
@@ -411,7 +481,8 @@ class RunRoot:
             for rel in rels:
                 folder, base = posixpath.split(rel)
                 if folder in self._listed:
-                    self._listed[folder].discard(base)
+                    self._listed[folder].pop(base, None)
+                self._records.pop(rel, None)
                 self._drop_kept(folder)
 
     def _forget(self, *rels: str) -> None:
@@ -419,6 +490,8 @@ class RunRoot:
             for rel in rels:
                 self._listed.pop(rel, None)
                 self._drop_kept(rel)
+                for record in [r for r in self._records if posixpath.dirname(r) == rel]:
+                    del self._records[record]
 
     def _drop_kept(self, folder: str) -> None:
         """Forget the tables read from the stage whose data or commit records live in `folder`."""

@@ -124,18 +124,18 @@ def test_racing_takeovers_have_exactly_one_winner(root: RunRoot, forced: bool,
     barrier, looked = threading.Barrier(ACQUIRERS), threading.Barrier(ACQUIRERS)
     won: list[lease.Lease] = []
     first_look = threading.local()
-    read_lease = lease.current
+    read_lease, listed = lease.current, lease._listed
 
-    def current_after_all_looked(at: RunRoot) -> lease.Holder | None:
+    def listed_after_all_looked(at: RunRoot) -> tuple[lease.Holder | None, list[int]]:
         # Every contender reads the planted holder before any claims: a thread that a loaded machine starts
         # late would otherwise first see the winner, and taking over from the holder first seen is its right.
-        holder = read_lease(at)
+        holder = listed(at)
         if getattr(first_look, "contender", False) and not getattr(first_look, "done", False):
             first_look.done = True
             looked.wait()
         return holder
 
-    monkeypatch.setattr(lease, "current", current_after_all_looked)
+    monkeypatch.setattr(lease, "_listed", listed_after_all_looked)
 
     def contend() -> None:
         first_look.contender = True  # (heartbeat threads and the test's own looks do not wait)

@@ -131,7 +131,7 @@ def test_a_replica_given_its_shards_by_the_driver_lists_nothing(huge, monkeypatc
     root, _ = huge
     names = sorted(root.shard_names("instances"))
     rows = [Work("1-2", "1-2", 1, SHARDS[1].prefix), Work("0-0", "0-0", 1, SHARDS[0].prefix)]
-    assert pool_shards(root, rows[:1]) == [SHARDS[1].text]  # only the shards that hold the pool's prompts
+    assert list(pool_shards(root, rows[:1])) == [SHARDS[1].text]  # only the shards that hold the pool's prompts
 
     def no_listing(stage: str) -> set[str]:
         raise AssertionError(f"listed {stage}")

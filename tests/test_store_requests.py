@@ -45,6 +45,7 @@ def meter(logged_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Meter:
 
 def requests(meter: S3Meter, action: Callable[[], object]) -> tuple[Counter[str], int]:
     """The S3 requests `action` made below `PREFIX`, by method, and its listings of prefixes below it."""
+    time.sleep(0.2)  # a request made before is logged after its response: keep it out of this window
     began = time.time()
     action()
     meter.stage(began, time.time(), PREFIX)  # waits for the log to catch up and reads it
@@ -129,3 +130,111 @@ def test_bulky_columns_are_never_kept(tmp_path: Path) -> None:
     root.write_table("predictions", "a", pa.table({"instance_id": ["i"], "output": ["x" * 100]}))
     assert root.read_stage("predictions", columns=["instance_id", "output"]).num_rows == 1
     assert not root._kept  # prompts and outputs would make the driver's memory grow with the suite
+
+
+# -- reads: what a stage pays per file it touches (≤ 3 requests, issue #22) ------------------------------------
+
+
+def shards(root: RunRoot, n: int, rows: int = 4) -> list[str]:
+    """`n` instance shards as generation writes them: metadata columns first, then long prompts."""
+    from longeval.records import INSTANCE_SCHEMA
+
+    names = []
+    for k in range(n):
+        table = pa.Table.from_pylist(
+            [{"instance_id": f"{k}-{i}", "family": "ruler", "task": "vt", "target_length": 4096, "seed": 0,
+              "shard_index": k, "input_tokens": 3000, "max_new_tokens": 8, "prompt": "word " * 3000,
+              "prompt_token_ids": list(range(3000)), "references": ["x"]} for i in range(rows)],
+            schema=INSTANCE_SCHEMA)
+        names.append(f"ruler.vt.L4096.s0.{k:05d}")
+        root.write_table("instances", names[-1], table)
+    return names
+
+
+N = 4
+META = ["instance_id", "family", "task", "target_length", "seed", "shard_index", "input_tokens"]
+
+
+def test_a_driver_reads_listed_shards_without_a_head_and_each_record_once(
+    meter: S3Meter, logged_server: S3Server
+) -> None:
+    """A driver's metadata read of N listed shards: one listing of each prefix, then per shard its footer and its
+    columns' pages (no HEAD: the listing gave the size); the commit records (what the score fingerprint hashes)
+    are read once per command however often they are asked for."""
+    from longeval.records import INSTANCE_SCHEMA
+
+    uri = f"s3://{logged_server.bucket}/{PREFIX}/driver"
+    names = shards(RunRoot(uri), N)
+    root = RunRoot(uri, remember_listings=True)
+    by_method, listings = requests(meter, lambda: root.read_stage("instances", INSTANCE_SCHEMA, columns=META))
+    assert listings == 2  # the stage and its commit records, once each
+    assert by_method["HEAD"] == 0 and sum(by_method.values()) <= 3 * N, by_method
+    by_method, listings = requests(meter, lambda: [root.commit_record("instances", n) for n in names * 3])
+    assert by_method == Counter({"GET": N}) and listings == 0, by_method
+    assert root.read_stage("instances", INSTANCE_SCHEMA, columns=META).num_rows == 4 * N
+
+
+def test_a_worker_reads_a_whole_shard_in_two_gets(meter: S3Meter, logged_server: S3Server) -> None:
+    """A whole-shard read (a scorer's prediction file): its bytes and its commit record, one GET each, checked
+    against each other; no HEAD before either."""
+    uri = f"s3://{logged_server.bucket}/{PREFIX}/whole"
+    RunRoot(uri).write_table("predictions", "p", table(50))
+    worker = RunRoot(uri)  # a Ray worker's root: nothing listed
+    by_method, listings = requests(meter, lambda: worker.read_shard("predictions", "p"))
+    assert by_method == Counter({"GET": 2}) and listings == 0, by_method
+    assert worker.read_shard("predictions", "p").num_rows == 50
+
+
+def test_a_replica_given_listed_sizes_reads_a_shard_in_three_requests(
+    meter: S3Meter, logged_server: S3Server
+) -> None:
+    """A replica's prompts, from the shards and sizes the driver listed: per shard its footer, its ids and the
+    row group that holds the prompts; nothing listed, no HEAD."""
+    from longeval.stages.infer import PromptReader
+
+    uri = f"s3://{logged_server.bucket}/{PREFIX}/replica"
+    names = shards(RunRoot(uri), N)
+    sizes = RunRoot(uri, remember_listings=True).shard_sizes("instances")
+    assert set(sizes) == set(names) and all(sizes.values())
+
+    def run() -> None:
+        reader = PromptReader(RunRoot(uri), shards=sizes)
+        for k, name in enumerate(names):
+            for i in range(4):
+                assert len(reader.request(f"{k}-{i}", name).prompt_token_ids) == 3000
+        reader.close()
+
+    by_method, listings = requests(meter, run)
+    assert listings == 0 and by_method["HEAD"] == 0 and sum(by_method.values()) <= 3 * N, by_method
+
+
+def test_compaction_maps_parts_to_shards_from_the_metadata_the_driver_kept(
+    meter: S3Meter, logged_server: S3Server
+) -> None:
+    """The infer stage's merge at its end: the instance ids' shards come from the metadata columns the driver
+    read at its start (kept), so no instance shard is read again."""
+    from longeval.compact import compact_predictions
+    from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, Prediction
+
+    uri = f"s3://{logged_server.bucket}/{PREFIX}/compaction"
+    shards(RunRoot(uri), N)
+    root = RunRoot(uri, remember_listings=True)
+    root.read_stage("instances", INSTANCE_SCHEMA, columns=META)  # what `pending_predictions` reads
+    rows = [Prediction(instance_id=f"{k}-0", model_id="m", output="ok", output_tokens=1, finish_reason="stop",
+                       cached_prompt_tokens=0, latency_s=0.1, error="").to_row() for k in range(N)]
+    RunRoot(uri).write_part("predictions", pa.Table.from_pylist(rows, schema=PREDICTION_SCHEMA))  # a replica
+    began = time.time()
+    done = compact_predictions(root)
+    meter.stage(began, time.time(), PREFIX)
+    read = [r for r in meter.requests if began <= r.t and f"/{PREFIX}/compaction/instances/" in r.path]
+    assert read == [] and done.written == N and done.rows == N
+
+
+def test_asking_after_a_missing_file_is_one_head(meter: S3Meter, logged_server: S3Server) -> None:
+    """A lease's heartbeat asks after the claim after its own every beat: one HEAD, not a HEAD and a listing of
+    `<key>/` (pyarrow's check for a folder of that name)."""
+    root = RunRoot(f"s3://{logged_server.bucket}/{PREFIX}/missing")
+    root.write_bytes("here.json", b"{}")
+    by_method, listings = requests(meter, lambda: (root.exists("_lease/000000000002.json"), root.exists("here.json")))
+    assert by_method == Counter({"HEAD": 2}) and listings == 0, (by_method, listings)
+    assert not root.exists("_lease/000000000002.json") and root.exists("here.json") and not root.exists("_lease")

@@ -24,7 +24,7 @@ import queue
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -197,21 +197,22 @@ class Replica:
         return self.writer.finished if self.writer is not None else 0
 
     def run(self, work: list[tuple[str, str]], inflight: int | None = None, commit_interval_s: float = 30.0,
-            shards: list[str] | None = None) -> dict:
+            shards: dict[str, int | None] | None = None) -> dict:
         """Run `(instance_id, shard prefix)` pairs in this order (static dispatch); returns the engine's figures
         (its whole life's, with `runs`: an engine kept across adaptive rounds runs once per round, and `rows`:
-        this run's). `shards`: the instance shards that hold them, as the driver listed them (None: list)."""
+        this run's). `shards`: the instance shards that hold them and their bytes, as the driver listed them
+        (None: list)."""
         return self._run(iter(work), inflight or 2 * self.engine.max_num_seqs, commit_interval_s, shards)
 
     def run_queue(self, queue: Any, k: int, inflight: int | None = None, commit_interval_s: float = 30.0,
-                  shards: list[str] | None = None) -> dict:
+                  shards: dict[str, int | None] | None = None) -> dict:
         """Take contexts from the pool's `WorkQueue` actor as the engine has room, until the queue is empty
         (dynamic dispatch). The window defaults to `max_num_seqs`: a replica takes no more than its engine runs,
         so what it has not started stays in the queue for a free replica."""
         return self._run(self._from_queue(queue, k), inflight or self.engine.max_num_seqs, commit_interval_s, shards)
 
     def _run(self, work: Iterator[tuple[str, str] | None], inflight: int, commit_interval_s: float,
-             shards: list[str] | None) -> dict:
+             shards: dict[str, int | None] | None) -> dict:
         began = time.perf_counter()
         self.writer = _Writer(self.root, extra={"model_id": self.model_id, "replica": self.name, "node": self.node},
                               interval_s=commit_interval_s)
@@ -248,7 +249,7 @@ class Replica:
                 yield None
             yield from ((w.instance_id, w.shard) for w in got)
 
-    def _requests(self, work: Iterator[tuple[str, str] | None], shards: list[str] | None) -> Iterator:
+    def _requests(self, work: Iterator[tuple[str, str] | None], shards: dict[str, int | None] | None) -> Iterator:
         """The token ids of each prompt, read as the engine asks for them (`PromptReader`); None passed on."""
         reader = PromptReader(self.root, shards=shards, references=self.engine.needs_references)
         try:
@@ -269,15 +270,18 @@ class PromptReader:
     so a cache of a few groups would read a short-prompt shard's group again for every row of it.
     """
 
-    def __init__(self, root: RunRoot, *, shards: list[str] | None = None, open_files: int = 256,
+    def __init__(self, root: RunRoot, *, shards: Mapping[str, int | None] | Iterable[str] | None = None,
+                 open_files: int = 256,
                  group_bytes: int = PROMPT_GROUP_BYTES, references: bool = False) -> None:
         self.root, self.open_files_max, self.group_bytes_max = root, open_files, group_bytes
         self.columns = ["prompt_token_ids", "max_new_tokens", *(["references"] if references else [])]
         """`references` only for the stand-in engine, whose canned answers are some of them."""
         self.by_prefix: dict[str, list[str]] = {}  # a generated shard's name -> it and its follow-up shards
         # The driver's names when it gave them: a replica then lists nothing (on S3, one listing per command,
-        # not one per replica).
-        for name in sorted(root.shard_names("instances") if shards is None else shards):
+        # not one per replica); with their sizes, it opens each without a HEAD request.
+        self.sizes: dict[str, int | None] = (root.shard_sizes("instances") if shards is None else
+                                             dict(shards) if isinstance(shards, Mapping) else dict.fromkeys(shards))
+        for name in sorted(self.sizes):
             self.by_prefix.setdefault(ShardName.parse(name).prefix, []).append(name)
         self.where: dict[str, dict[str, tuple[int, int]]] = {}  # shard -> instance id -> (row group, row in it)
         self.files: OrderedDict[str, Any] = OrderedDict()
@@ -297,16 +301,16 @@ class PromptReader:
 
     def _file(self, name: str) -> Any:
         if name not in self.files:
-            self.files[name] = self.root.open_shard("instances", name)
+            self.files[name] = self.root.open_shard("instances", name, size=self.sizes.get(name))
             if len(self.files) > self.open_files_max:
-                self.files.popitem(last=False)[1].close(force=True)
+                self.files.popitem(last=False)
         self.files.move_to_end(name)
         return self.files[name]
 
     def _index(self, name: str) -> dict[str, tuple[int, int]]:
         if name not in self.where:
             file = self._file(name)
-            ids = iter(file.read(columns=["instance_id"])["instance_id"].to_pylist())
+            ids = iter(file.to_table(columns=["instance_id"])["instance_id"].to_pylist())
             self.where[name] = {next(ids): (g, row) for g in range(file.metadata.num_row_groups)
                                 for row in range(file.metadata.row_group(g).num_rows)}
         return self.where[name]
@@ -314,7 +318,7 @@ class PromptReader:
     def _group(self, name: str, g: int) -> pa.Table:
         key = (name, g)
         if key not in self.groups:
-            self.groups[key] = self._file(name).read_row_group(g, columns=self.columns)
+            self.groups[key] = self._file(name).subset(row_group_ids=[g]).to_table(columns=self.columns)
             self.group_bytes += self.groups[key].nbytes
             while self.group_bytes > self.group_bytes_max and len(self.groups) > 1:
                 self.group_bytes -= self.groups.popitem(last=False)[1].nbytes
@@ -322,8 +326,6 @@ class PromptReader:
         return self.groups[key]
 
     def close(self) -> None:
-        for file in self.files.values():
-            file.close(force=True)
         self.files.clear()
         self.groups.clear()
         self.group_bytes = 0
@@ -609,10 +611,12 @@ def _infer_vllm(cfg: Config, replicas: PoolReplicas, send: pa.Table, progress) -
     return send.num_rows
 
 
-def pool_shards(root: RunRoot, rows: list[Work]) -> list[str]:
-    """The instance shards (generated and follow-up) that hold `rows`, from the driver's own listing."""
+def pool_shards(root: RunRoot, rows: list[Work]) -> dict[str, int | None]:
+    """The instance shards (generated and follow-up) that hold `rows` and their bytes, from the driver's own
+    listing."""
     prefixes = {w.shard for w in rows}
-    return [name for name in root.shard_names("instances") if ShardName.parse(name).prefix in prefixes]
+    return {name: size for name, size in root.shard_sizes("instances").items()
+            if ShardName.parse(name).prefix in prefixes}
 
 
 class _PoolDriver(abc.ABC):
@@ -622,7 +626,7 @@ class _PoolDriver(abc.ABC):
         self.cfg, self.replicas, self.root = cfg, replicas, replicas.engines.root
         self.runs: dict[Any, int] = {}
         """Each running `run` call's object ref -> its replica."""
-        self.shards: list[str] | None = None
+        self.shards: dict[str, int | None] | None = None
         """The instance shards that hold the pool's prompts, from the driver's listing (`pool_shards`)."""
         self.failures: dict[int, int] = {}
         self.done_rows = 0

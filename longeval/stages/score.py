@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from longeval import __version__, interrupt
-from longeval.compact import SHARD_COLUMNS
+from longeval.compact import shard_prefixes
 from longeval.config import Config, suite_hash
 from longeval.consistency import prediction_fingerprints
 from longeval.followup import parents_with_followups
@@ -37,6 +37,8 @@ class ScoringUnit:
 
     instances: tuple[str, ...]
     predictions: tuple[str, ...]
+    instance_sizes: tuple[int | None, ...] = ()
+    """The instance shards' bytes as the driver listed them (spares the scorer a request per shard on S3)."""
 
 
 def scoring_units(cfg: Config, root: RunRoot) -> list[ScoringUnit]:
@@ -44,7 +46,8 @@ def scoring_units(cfg: Config, root: RunRoot) -> list[ScoringUnit]:
     not merged yet, the parts' ids): what lets each scorer read its own inputs, so the driver holds none."""
     planned = {shard.name for shard in make_plan(cfg, check_data=False).shards}
     instances: dict[str, list[str]] = {}
-    for name in root.shard_names("instances"):
+    sizes = root.shard_sizes("instances")
+    for name in sizes:
         prefix = ShardName.parse(name).prefix
         if prefix in planned:
             instances.setdefault(prefix, []).append(name)
@@ -55,15 +58,13 @@ def scoring_units(cfg: Config, root: RunRoot) -> list[ScoringUnit]:
             predictions.setdefault(prefix, []).append(name)
     parts = sorted(n for n in names if compacted_prefix(n) is None)
     if parts:  # a stage stopped before its merge (`longeval score` on a killed infer): route each part
-        meta = root.read_stage("instances", INSTANCE_SCHEMA, columns=SHARD_COLUMNS)
-        shard_of = dict(zip(meta["instance_id"].to_pylist(), (ShardName.of(r).prefix for r in
-                                                               meta.select(SHARD_COLUMNS[1:]).to_pylist()),
-                            strict=True))
+        shard_of = shard_prefixes(root)
         for part in parts:
             ids = root.read_shard("predictions", part, PREDICTION_SCHEMA, columns=["instance_id"])
             for prefix in {shard_of.get(i) for i in ids["instance_id"].to_pylist()} - {None}:
                 predictions.setdefault(prefix, []).append(part)
-    return [ScoringUnit(tuple(sorted(names)), tuple(sorted(predictions.get(prefix, ()))))
+    return [ScoringUnit(tuple(sorted(names)), tuple(sorted(predictions.get(prefix, ()))),
+                        tuple(sizes[n] for n in sorted(names)))
             for prefix, names in sorted(instances.items())]
 
 
@@ -84,9 +85,9 @@ class UnitScorer:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = []
-        for instances, predictions in zip(batch["instances"].to_pylist(), batch["predictions"].to_pylist(),
-                                          strict=True):
-            unit = ScoringUnit(tuple(instances), tuple(predictions))
+        for instances, predictions, sizes in zip(batch["instances"].to_pylist(), batch["predictions"].to_pylist(),
+                                                 batch["instance_sizes"].to_pylist(), strict=True):
+            unit = ScoringUnit(tuple(instances), tuple(predictions), tuple(sizes))
             joined = scoring_input(self.cfg, self.root, unit, keys=self.keys)
             scores = pa.Table.from_pylist(self.scorer.score_rows(joined.to_pylist()), schema=SCORE_SCHEMA)
             column = SCORE_SCHEMA.get_field_index("prediction_fingerprint")  # one score row per input row, in order
@@ -105,7 +106,8 @@ def score(cfg: Config, root: RunRoot, progress=None) -> pa.Table:
     if not units:
         scores = SCORE_SCHEMA.empty_table()
     else:
-        items = [{"instances": list(u.instances), "predictions": list(u.predictions)} for u in units]
+        items = [{"instances": list(u.instances), "predictions": list(u.predictions),
+                  "instance_sizes": list(u.instance_sizes)} for u in units]
         ds = ray.data.from_items(items, override_num_blocks=min(len(items), 200)).map_batches(
             UnitScorer, fn_constructor_kwargs={"cfg": cfg, "root": root}, batch_size=1, batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0.5, **NO_ACTOR_RESTARTS,
@@ -168,7 +170,9 @@ def scoring_input(cfg: Config, root: RunRoot, unit: ScoringUnit | None = None, *
     `keys`: `planned_keys(cfg)`, when the caller keeps it."""
     columns = [n for n in INSTANCE_SCHEMA.names if n not in ("prompt", "prompt_token_ids")]
     names = unit.instances if unit else None
-    instances = in_plan(cfg, root.read_stage("instances", INSTANCE_SCHEMA, columns=columns, names=names), keys)
+    sizes = dict(zip(unit.instances, unit.instance_sizes, strict=False)) if unit else None
+    instances = in_plan(cfg, root.read_stage("instances", INSTANCE_SCHEMA, columns=columns, names=names,
+                                             sizes=sizes), keys)
     chained = parents_with_followups(instances)  # first calls of complete chains: only the last call counts
     if chained:
         instances = instances.filter(pc.invert(pc.is_in(instances["instance_id"], value_set=pa.array(list(chained)))))
