@@ -35,9 +35,14 @@ older roots, null, the metadata alone), without its output text."""
 
 
 def prediction_fingerprints(preds: pa.Table) -> pa.Array:
-    """One fingerprint per prediction row (`PREDICTION_KEY`; a column an older root lacks counts as null)."""
-    columns = [preds[c].to_pylist() if c in preds.column_names else [None] * preds.num_rows for c in PREDICTION_KEY]
-    return pa.array([content_id(*values) for values in zip(*columns, strict=True)], pa.string())
+    """One fingerprint per prediction row (`PREDICTION_KEY`; a column an older root lacks counts as null).
+    Rows become Python values a batch at a time, so a suite's predictions never all are at once."""
+    out: list[str] = []
+    for batch in preds.to_batches(max_chunksize=4096):
+        columns = [batch[c].to_pylist() if c in batch.schema.names else [None] * batch.num_rows
+                   for c in PREDICTION_KEY]
+        out += [content_id(*values) for values in zip(*columns, strict=True)]
+    return pa.array(out, pa.string())
 
 
 class State(StrEnum):

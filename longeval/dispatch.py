@@ -81,6 +81,10 @@ AFFINITY_SLACK = 0.1
 the heaviest work while letting a replica stay on the shards it has open."""
 AFFINITY_LOOKAHEAD = 256
 """How far down the queue `WorkQueue._pick` looks for a context from a shard the replica has open."""
+OPEN_SHARDS = 12
+"""How many instance shards a replica's prompt reader keeps open (`stages.infer.PromptReader`), the latest it
+took prompts from: enough for a context several tasks share (each task's prompts sit in shards of its own). The
+queue counts a shard as open for that long, so affinity never sends a replica back to a shard its reader has let go."""
 
 
 class WorkQueue:
@@ -119,8 +123,9 @@ class WorkQueue:
         """When each replica first asked in its current life (`time.monotonic`, or the caller's clock)."""
         self.done_cost = dict.fromkeys(range(replicas), 0)
         """Cost each replica finished in its current life."""
-        self.opened: dict[int, set[str]] = {k: set() for k in range(replicas)}
-        """The instance shards each replica has taken prompts from in its current life (its reader has them open)."""
+        self.opened: dict[int, dict[str, None]] = {k: {} for k in range(replicas)}
+        """The last `OPEN_SHARDS` instance shards each replica took prompts from, oldest first (its reader has them
+        open)."""
         self.readers: dict[str, set[int]] = {}
         """The other way round: which replicas have each shard open."""
 
@@ -151,9 +156,7 @@ class WorkQueue:
             if held and self.held_cost[replica] + cost > share:
                 break
             del self.queue[at]
-            for shard in {w.shard for w in unit}:
-                self.opened[replica].add(shard)
-                self.readers.setdefault(shard, set()).add(replica)
+            self._open(replica, sorted({w.shard for w in unit}))
             self.queued_cost -= cost
             self.held_cost[replica] += cost
             out += unit
@@ -174,7 +177,7 @@ class WorkQueue:
             if sum(w.cost for w in unit) < first * (1 - AFFINITY_SLACK):
                 break
             shards = {w.shard for w in unit}
-            rank = (2 if shards <= self.opened[replica]
+            rank = (2 if shards <= self.opened[replica].keys()
                     else 1 if all(self.readers.get(shard, set()) <= {replica} for shard in shards) else 0)
             if rank > best_rank:
                 best, best_rank = at, rank
@@ -222,10 +225,21 @@ class WorkQueue:
         self.handed[replica] = []
         self._close(replica)
 
+    def _open(self, replica: int, shards: list[str]) -> None:
+        opened = self.opened[replica]
+        for shard in shards:
+            opened.pop(shard, None)
+            opened[shard] = None  # the latest last
+            self.readers.setdefault(shard, set()).add(replica)
+        while len(opened) > OPEN_SHARDS:
+            oldest = next(iter(opened))
+            del opened[oldest]
+            self.readers[oldest].discard(replica)
+
     def _close(self, replica: int) -> None:
         for shard in self.opened[replica]:
             self.readers[shard].discard(replica)
-        self.opened[replica] = set()
+        self.opened[replica] = {}
 
     def remaining(self) -> int:
         """Prompts not yet handed out."""

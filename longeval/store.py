@@ -54,9 +54,10 @@ BULKY_COLUMNS = frozenset({"prompt", "prompt_token_ids", "output", "references",
 """Columns whose reads are never kept in memory by a root that remembers listings (`read_stage`): the driver's
 memory must not grow with prompt and output bytes."""
 
-PROMPT_GROUP_BYTES = 128 << 20
-"""Decoded row groups of prompts a replica keeps (`stages.infer.PromptReader`): its list interleaves the shards of
-a task and length, so it rereads a group only once this much of others was read since."""
+PROMPT_GROUP_BYTES = 32 << 20
+"""Decoded row groups of prompts a replica keeps (`stages.infer.PromptReader`). A replica takes a cell's prompts
+shard by shard (the schedule's order, the queue's shard affinity), so this holds the shard it is on, up to 25
+prompts of 256K tokens, whatever the suite's size; a 1M prompt is a row group of its own and is read once."""
 
 ROW_GROUP_BYTES = 4 << 20
 """About this many bytes of a table per Parquet row group: a reader that wants a few rows of a shard of long

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from longeval import dispatch
-from longeval.dispatch import Work, WorkQueue, assign, group_by_context, shares
+from longeval.dispatch import OPEN_SHARDS, Work, WorkQueue, assign, group_by_context, shares
 
 
 def _rows(n: int, *, per_context: int = 1, cost: int = 100) -> list[Work]:
@@ -203,3 +203,13 @@ def test_a_replica_stays_on_the_shards_it_has_open(monkeypatch: pytest.MonkeyPat
     about one replica reads each shard; taking strictly the heaviest context first, nearly both do."""
     assert _readers_per_shard(monkeypatch, dispatch.AFFINITY_LOOKAHEAD) <= 1.2
     assert _readers_per_shard(monkeypatch, 1) >= 1.8
+
+
+def test_affinity_prefers_a_shard_the_replicas_reader_still_has_open_over_one_it_let_go():
+    """A reader keeps the last `OPEN_SHARDS` shards; a shard taken from longer ago would be read again."""
+    first = [Work(f"a{i}", f"a{i}", 100, f"s{i:02d}") for i in range(OPEN_SHARDS + 2)]
+    later = [Work("b0", "b0", 50, "s00"), Work("b-last", "b-last", 50, f"s{OPEN_SHARDS + 1:02d}")]
+    queue = WorkQueue([*first, *later], replicas=1)
+    taken = [queue.take(0, room=1) for _ in first]
+    assert [w.shard for [w] in taken] == [w.shard for w in first]
+    assert [w.instance_id for w in queue.take(0, room=1)] == ["b-last"]  # s00 was let go; s13 is open

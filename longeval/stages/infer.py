@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from longeval import interrupt
 from longeval.compact import compact_predictions
 from longeval.config import Config, Dispatch
-from longeval.dispatch import Work, WorkQueue, assign, group_by_context
+from longeval.dispatch import OPEN_SHARDS, Work, WorkQueue, assign, group_by_context
 from longeval.engines import replica_engine_class
 from longeval.engines.openai_compat import ApiPredictor
 from longeval.engines.vllm_engine import Request
@@ -143,13 +143,15 @@ def record_too_long(cfg: Config, pool: Pool, todo: pa.Table, root: RunRoot) -> p
 def schedule(todo: pa.Table) -> list[Work]:
     """The pool's prompts in engine order: tasks that share contexts side by side (same context group, length
     and index), so a context's prompts reach one engine together and its prefix cache computes the context
-    once; the order is a function of the instances alone."""
+    once, and shard by shard, so a replica's reader keeps one shard's row groups at a time; the order is a
+    function of the instances alone."""
     rows = todo.select(["instance_id", "family", "task", "context_id", "target_length", "input_tokens",
                         "max_new_tokens", "seed", "shard_index"]).to_pylist()
     for row in rows:
         spec = TASKS.get(f"{row['family']}/{row['task']}")
         row["group"] = (spec.context_group if spec else "") or f"{row['family']}/{row['task']}"
-    rows.sort(key=lambda r: (r["group"], r["target_length"], r["context_id"], r["task"], r["instance_id"]))
+    rows.sort(key=lambda r: (r["group"], r["target_length"], r["shard_index"], r["context_id"], r["task"],
+                             r["instance_id"]))
     return [Work(r["instance_id"], r["context_id"], int(r["input_tokens"]) + int(r["max_new_tokens"]),
                  shard_of(r)) for r in rows]
 
@@ -263,15 +265,14 @@ class PromptReader:
     """Reads a replica's prompts and nothing else: of each instance shard, its ids first, then only the row
     groups that hold the prompts asked for (`store.ROW_GROUP_BYTES` each).
 
-    What it holds is bounded by `open_files` open shards (a footer each, a few KB) and `group_bytes` of decoded
-    row groups, Arrow buffers (about 4 bytes a token), whatever the pool's or the suite's size; a prompt becomes a
-    Python list (about 30 bytes a token) only when it is handed to the engine. The bounds are generous on
-    purpose: a replica's list interleaves the shards of a task and length (it is sorted by context, not by shard),
-    so a cache of a few groups would read a short-prompt shard's group again for every row of it.
+    A replica's prompts come shard by shard (`schedule`, and the queue's shard affinity), so it keeps only the
+    shards it is on: `open_files` of them (a footer each, a few KB), and of those at most `group_bytes` of decoded
+    row groups, Arrow buffers (about 4 bytes a token), whatever the pool's or the suite's size. A prompt becomes a
+    Python list (about 30 bytes a token) only when it is handed to the engine.
     """
 
     def __init__(self, root: RunRoot, *, shards: Mapping[str, int | None] | Iterable[str] | None = None,
-                 open_files: int = 256,
+                 open_files: int = OPEN_SHARDS,
                  group_bytes: int = PROMPT_GROUP_BYTES, references: bool = False) -> None:
         self.root, self.open_files_max, self.group_bytes_max = root, open_files, group_bytes
         self.columns = ["prompt_token_ids", "max_new_tokens", *(["references"] if references else [])]
@@ -320,7 +321,8 @@ class PromptReader:
         if key not in self.groups:
             self.groups[key] = self._file(name).subset(row_group_ids=[g]).to_table(columns=self.columns)
             self.group_bytes += self.groups[key].nbytes
-            while self.group_bytes > self.group_bytes_max and len(self.groups) > 1:
+            while len(self.groups) > 1 and (self.group_bytes > self.group_bytes_max
+                                            or len({shard for shard, _ in self.groups}) > self.open_files_max):
                 self.group_bytes -= self.groups.popitem(last=False)[1].nbytes
         self.groups.move_to_end(key)
         return self.groups[key]
