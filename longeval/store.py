@@ -59,6 +59,11 @@ PROMPT_GROUP_BYTES = 128 << 20
 """Decoded row groups of prompts a replica keeps (`stages.infer.PromptReader`): its list interleaves the shards of
 a task and length, so it rereads a group only once this much of others was read since."""
 
+WHOLE_READ_BYTES = 256 << 10
+"""A shard this small, its size listed, is read whole by `open_shard` (a replica wants its prompts: most of its
+bytes), in one request instead of a 64 KiB footer read and then its pages. A replica keeps at most 256 shards
+open (`stages.infer.PromptReader`), so at most 64 MiB of such bytes."""
+
 ROW_GROUP_BYTES = 4 << 20
 """About this many bytes of a table per Parquet row group: a reader that wants a few rows of a shard of long
 prompts (an engine replica) reads their row groups, not the shard."""
@@ -365,11 +370,12 @@ class RunRoot:
     def open_shard(self, stage: str, name: str, *, size: int | None = None) -> pads.ParquetFileFragment:
         """A finished shard opened for reading parts of it: its footer is read now and kept, then each
         `fragment.subset(row_group_ids=[g]).to_table(columns=...)` reads only those ranges, pages checked
-        against their checksums. `size`: its bytes as listed (`shard_sizes`), sparing a request on S3."""
+        against their checksums. `size`: its bytes as listed (`shard_sizes`), sparing a request on S3; a shard of
+        at most `WHOLE_READ_BYTES` is then read whole, now, in one request."""
         rel = self._rel(stage, name + _PARQUET)
 
         def open_(size: int | None) -> pads.ParquetFileFragment:
-            fragment = self._loc.parquet(rel, size=size)
+            fragment = self._loc.parquet(rel, size=size, whole_below=WHOLE_READ_BYTES)
             try:
                 fragment.ensure_complete_metadata()
             except pa.ArrowInvalid as exc:

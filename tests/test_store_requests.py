@@ -186,11 +186,13 @@ def test_a_worker_reads_a_whole_shard_in_two_gets(meter: S3Meter, logged_server:
 
 
 def test_a_replica_given_listed_sizes_reads_a_shard_in_three_requests(
-    meter: S3Meter, logged_server: S3Server
+    meter: S3Meter, logged_server: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A replica's prompts, from the shards and sizes the driver listed: per shard its footer, its ids and the
-    row group that holds the prompts; nothing listed, no HEAD."""
+    """A replica's prompts, from the shards and sizes the driver listed: per shard (one too big to read whole) its
+    footer, its ids and the row group that holds the prompts; nothing listed, no HEAD."""
     from longeval.stages.infer import PromptReader
+
+    monkeypatch.setattr("longeval.store.WHOLE_READ_BYTES", 0)  # these shards stand for big ones
 
     uri = f"s3://{logged_server.bucket}/{PREFIX}/replica"
     names = shards(RunRoot(uri), N)
@@ -325,3 +327,25 @@ def test_shards_the_writers_reported_are_known_without_a_listing(meter: S3Meter,
         replica.write_table("predictions", "unreported", table(1))
     _, listings = requests(meter, lambda: root.shard_names("predictions"))
     assert listings == 2 and "unreported" in root.shard_names("predictions")
+
+
+def test_a_replica_reads_a_small_shard_whole_in_one_get(meter: S3Meter, logged_server: S3Server) -> None:
+    """A shard below `WHOLE_READ_BYTES` whose size the driver listed: one GET of the whole file, then every read
+    from memory (not a 64 KiB footer read and the pages again: up to twice the bytes, in three requests)."""
+    from longeval.stages.infer import PromptReader
+    from longeval.store import WHOLE_READ_BYTES
+
+    uri = f"s3://{logged_server.bucket}/{PREFIX}/small"
+    names = shards(RunRoot(uri), N)
+    sizes = RunRoot(uri, remember_listings=True).shard_sizes("instances")
+    assert all(0 < size <= WHOLE_READ_BYTES for size in sizes.values())
+
+    def run() -> None:
+        reader = PromptReader(RunRoot(uri), shards=sizes)
+        for k, name in enumerate(names):
+            for i in range(4):
+                assert len(reader.request(f"{k}-{i}", name).prompt_token_ids) == 3000
+        reader.close()
+
+    by_method, listings = requests(meter, run)
+    assert by_method == Counter({"GET": N}) and listings == 0, by_method
