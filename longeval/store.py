@@ -69,6 +69,31 @@ ROW_GROUP_BYTES = 4 << 20
 prompts (an engine replica) reads their row groups, not the shard."""
 
 
+_OWN_ORDER = b"longeval:columns"
+"""Schema metadata of a shard whose bulky columns were written last (`bulky_last`): the table's own order."""
+
+
+def bulky_last(table: pa.Table) -> pa.Table:
+    """`table` as a shard's file holds it: its bulky columns (prompts, token ids, outputs) last, so the metadata
+    columns lie side by side and a read of any of them is one range of the file, not two around the prompts.
+    Its own order goes in the schema's metadata, for readers without a schema (`own_order`)."""
+    names = table.column_names
+    order = [c for c in names if c not in BULKY_COLUMNS] + [c for c in names if c in BULKY_COLUMNS]
+    if order == names:
+        return table
+    return table.select(order).replace_schema_metadata(
+        {**(table.schema.metadata or {}), _OWN_ORDER: json.dumps(names).encode("utf-8")})
+
+
+def own_order(table: pa.Table) -> pa.Table:
+    """A whole shard read without a schema, in the columns' order of the table that was written (`bulky_last`)."""
+    metadata = dict(table.schema.metadata or {})
+    names = metadata.pop(_OWN_ORDER, None)
+    if names is None:
+        return table
+    return table.select(json.loads(names)).replace_schema_metadata(metadata or None)
+
+
 def rows_per_group(table: pa.Table) -> int:
     """Rows per row group for `table`: about ROW_GROUP_BYTES each, at least one row."""
     if table.num_rows == 0:
@@ -191,7 +216,7 @@ class RunRoot:
         # Serialise first, so a failure while encoding never reaches the store; the write is then one atomic
         # file rename or object upload, and the commit record after it publishes the shard.
         sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression="zstd", write_page_checksum=True,
+        pq.write_table(bulky_last(table), sink, compression="zstd", write_page_checksum=True,
                        row_group_size=rows_per_group(table))
         data = sink.getvalue()
         self._loc.write_bytes(self._rel(stage, name + _PARQUET), data)
@@ -325,7 +350,8 @@ class RunRoot:
                                    or hashlib.sha256(data).hexdigest() != record["sha256"]):
             raise self._set_aside(stage, name, "its sha256 does not match its commit record")
         try:
-            return pq.read_table(pa.BufferReader(data), schema=schema, columns=columns)
+            table = pq.read_table(pa.BufferReader(data), schema=schema, columns=columns)
+            return own_order(table) if schema is None else table
         except (pa.ArrowInvalid, OSError) as exc:
             raise self._set_aside(stage, name, f"it is not readable Parquet ({str(exc).splitlines()[0]})") from exc
 
@@ -609,7 +635,15 @@ class RunRoot:
         self.write_text(name, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
     def read_json(self, name: str) -> Any:
-        text = self.read_text(name)
+        return self._parse_json(name, self.read_text(name))
+
+    def json_if_exists(self, name: str) -> Any:
+        """`read_json`, or None when there is no file: one request (none again on a root that remembers
+        listings, `read_if_exists`)."""
+        raw = self.read_if_exists(name)
+        return None if raw is None else self._parse_json(name, raw.decode("utf-8"))
+
+    def _parse_json(self, name: str, text: str) -> Any:
         try:
             return json.loads(text)
         except json.JSONDecodeError as exc:

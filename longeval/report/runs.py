@@ -146,7 +146,7 @@ def load_run(target: RunRoot | str, *, summarise: Callable[[RunRoot], Any] | Non
     if not model and "headline" in tables and tables["headline"].num_rows:
         model = tables["headline"]["model_id"][0].as_py()
     claimed = _select(config, "model.max_model_len")
-    versions = root.read_json("versions.json") if root.exists("versions.json") else {}
+    versions = root.json_if_exists("versions.json") or {}
     label = str(model or PurePosixPath(root.uri).name)
     note = essay_note(label, versions, tables.get("tasks"))
     return RunData(uri=root.uri, label=label, model=str(model or ""),
@@ -210,8 +210,7 @@ def essay_sentence(versions: dict[str, Any], tasks: pa.Table | None) -> str:
 
 def run_versions(uri: str) -> dict[str, Any]:
     """A run root's versions.json ({} when it has none, as runs from before it was written)."""
-    root = RunRoot(uri)
-    return root.read_json("versions.json") if root.exists("versions.json") else {}
+    return RunRoot(uri).json_if_exists("versions.json") or {}
 
 
 def unique_labels(runs: list[RunData]) -> list[RunData]:
@@ -257,7 +256,7 @@ def provenance_pairs(a: RunRoot | str, b: RunRoot | str) -> dict[str, tuple[obje
     out: dict[str, tuple[object, object]] = {}
     roots = (_root(a), _root(b))
     configs = [_config(r) for r in roots]
-    versions = [r.read_json("versions.json") if r.exists("versions.json") else {} for r in roots]
+    versions = [r.json_if_exists("versions.json") or {} for r in roots]
     identities = [run_identity(c, COMPARED_SETTINGS) for c in configs]
     for key in COMPARED_SETTINGS:
         out[key] = (identities[0][key], identities[1][key])
