@@ -315,15 +315,17 @@ class RunRoot:
     def _read_kept(self, stage: str, name: str, schema: pa.Schema | None, *, columns: list[str],
                    size: int | None) -> pa.Table:
         """`columns` of one shard from the columns kept of it, else read with those kept and those the command
-        will read (`will_read`), and kept."""
+        will read (`will_read`), and kept. A stage with no bulky column (scores) is all metadata: all of its columns
+        are read at once (what a command asks of it first, a few columns, is rarely all it asks)."""
         kept = self._kept.get((stage, name))
         if kept is not None and set(columns) <= set(kept.column_names):
             table = kept.select(columns)
             if schema is None or table.schema.equals(pa.schema([schema.field(c) for c in columns])):
                 return table
         known = set(schema.names) if schema is not None else set(columns)  # without a schema: only those asked
-        wider = [*columns, *(c for c in [*(kept.column_names if kept is not None else ()),
-                                         *self._wanted.get(stage, ())] if c in known and c not in columns)]
+        wanted = schema.names if schema is not None and not BULKY_COLUMNS & known else self._wanted.get(stage, [])
+        wider = [*columns, *(c for c in [*(kept.column_names if kept is not None else ()), *wanted]
+                             if c in known and c not in columns)]
         table = self.read_shard(stage, name, schema, columns=list(dict.fromkeys(wider)), size=size)
         self._kept[(stage, name)] = table
         return table.select(columns)

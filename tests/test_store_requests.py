@@ -350,3 +350,24 @@ def test_a_replica_reads_a_small_shard_whole_in_one_get(meter: S3Meter, logged_s
 
     by_method, listings = requests(meter, run)
     assert by_method == Counter({"GET": N}) and listings == 0, by_method
+
+
+def test_a_stage_of_metadata_is_read_whole_at_its_first_read(meter: S3Meter, logged_server: S3Server) -> None:
+    """Scores have no bulky column: the consistency check's two columns (far apart in the file) and then every
+    column (the summaries, the per-instance CSV) cost one footer and one range per command, not three reads."""
+    from longeval.records import SCORE_SCHEMA
+
+    uri = f"s3://{logged_server.bucket}/{PREFIX}/scores"
+    rows = [{"instance_id": f"i{k}", "model_id": "m", "family": "ruler", "task": "vt", "target_length": 4096,
+             "depth": 0.0, "metric": "m", "score": 1.0, "parsed_answer": f"answer {k} " * 20, "error_type": "",
+             "extra": "{}", "complexity": "", "prediction_fingerprint": f"{k:064x}"} for k in range(2000)]
+    RunRoot(uri).write_table("scores", "scores", pa.Table.from_pylist(rows, schema=SCORE_SCHEMA))
+    root = RunRoot(uri, remember_listings=True)
+    root.shard_names("scores")
+
+    def run() -> None:
+        root.read_stage("scores", SCORE_SCHEMA, columns=["instance_id", "prediction_fingerprint"])
+        assert root.read_stage("scores", SCORE_SCHEMA).num_rows == 2000
+
+    by_method, _ = requests(meter, run)
+    assert by_method == Counter({"GET": 2}), by_method
