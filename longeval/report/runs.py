@@ -60,17 +60,17 @@ class RunData:
     """`model.max_model_len` from the run's config.yaml: the context the run claimed for the model."""
     tables: dict[str, pa.Table] = field(default_factory=dict)
     computed: bool = False
+    """True when the summaries were missing (or older than the scores) and computed (and written) while loading."""
     notes: tuple[str, ...] = ()
     """What a reader must know to compare this run's numbers elsewhere (see `essay_note`)."""
-    root: RunRoot | None = field(default=None, repr=False, compare=False)
-    """The root it was read through: the report's later reads of the run go through it, so what it listed and
-    read is not asked of the store again."""
-    """True when the summaries were missing (or older than the scores) and computed (and written) while loading."""
     status: dict[str, Any] | None = None
     """The run's status as checked now (`longeval.consistency`, what status.json holds): whether every planned
     instance has its prediction and a score from it."""
     problem: str = ""
     """What is missing or partial about the run, in one line ("" when complete and current): the report's banner."""
+    root: RunRoot | None = field(default=None, repr=False, compare=False)
+    """The root it was read through: the report's later reads of the run go through it, so what it listed and
+    read is not asked of the store again."""
 
     @property
     def incomplete(self) -> bool:
