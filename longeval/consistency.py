@@ -141,7 +141,8 @@ def scores_digest(root: RunRoot) -> str | None:
 def summaries_current(root: RunRoot) -> bool:
     """Whether `summary/` was computed from the scores now committed (False for summaries written before
     `SUMMARY_INPUT` was)."""
-    return root.exists(SUMMARY_INPUT) and root.read_json(SUMMARY_INPUT).get("scores") == scores_digest(root)
+    written = root.json_if_exists(SUMMARY_INPUT)
+    return written is not None and written.get("scores") == scores_digest(root)
 
 
 EXIT_CODES = {State.CURRENT: 0, State.PARTIAL: 3}

@@ -359,14 +359,19 @@ class Location:
         """`rel` opened for random-access reading (Parquet footers, ranges); the open is retried, reads are not."""
         return self.call(f"open {self.path(rel)}", self.fs.open_input_file, self.full(rel))
 
-    def parquet(self, rel: str, *, size: int | None = None, page_checksums: bool = True) -> pads.ParquetFileFragment:
+    def parquet(self, rel: str, *, size: int | None = None, page_checksums: bool = True,
+                whole_below: int = 0) -> pads.ParquetFileFragment:
         """`rel` as a Parquet fragment: its footer read on first use and kept, then only the ranges asked for
         (pre-buffered: one request per row group's columns where they lie close), pages checked against their
         checksums. `size`: the file's bytes, when a listing said (on S3 this spares the HEAD request an open
-        makes)."""
+        makes). A file of at most `whole_below` bytes (its size known) is read now, whole, in one request, and
+        read from memory: pyarrow would read its last 64 KiB for the footer and then its pages again, up to twice
+        its bytes in three requests (for a reader that wants most of the file anyway)."""
         options = pads.ParquetFragmentScanOptions(pre_buffer=True, page_checksum_verification=page_checksums)
-        return pads.ParquetFileFormat(default_fragment_scan_options=options).make_fragment(
-            self.full(rel), filesystem=self.fs, file_size=size)
+        parquet = pads.ParquetFileFormat(default_fragment_scan_options=options)
+        if size is not None and size <= whole_below:
+            return parquet.make_fragment(pa.py_buffer(self.read_bytes(rel)))
+        return parquet.make_fragment(self.full(rel), filesystem=self.fs, file_size=size)
 
     def read_bytes(self, rel: str = "") -> bytes:
         """The whole file at `rel`, the read retried as one operation (on S3 one GetObject, no HEAD first)."""

@@ -83,9 +83,10 @@ def run_identity(config: Config | DictConfig | dict[str, Any],
 
 def _check_same_config(cfg: Config, root: RunRoot) -> None:
     """Refuse to mix instances from a different suite or model into an existing run root."""
-    if not root.exists("config.yaml"):
+    raw = root.read_if_exists("config.yaml")
+    if raw is None:
         return
-    old = OmegaConf.create(root.read_text("config.yaml"))
+    old = OmegaConf.create(raw.decode("utf-8"))
     before, after = run_identity(old), run_identity(cfg)
     for key in RUN_SETTINGS:
         was, now = before[key], after[key]
@@ -95,8 +96,9 @@ def _check_same_config(cfg: Config, root: RunRoot) -> None:
                 "or store.root=..., or delete that run root to start over"
             )
     _check_same_ranges(cfg, old, root)
-    if root.exists("versions.json"):
-        was = root.read_json("versions.json").get("data_fingerprint")
+    versions = root.json_if_exists("versions.json")
+    if versions is not None:
+        was = versions.get("data_fingerprint")
         if was and was != _data_fingerprint(cfg):
             raise ConfigError(
                 f"the data files behind run root {root.uri} changed since it was made (essay corpus or QA files); "

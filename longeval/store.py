@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,7 +36,7 @@ from longeval.errors import DamagedShardError, StoreError
 from longeval.files import CopyKind, Location
 from longeval.shards import PART_PREFIX
 
-__all__ = ["LEGACY_STAGES", "CopiedShard", "RunRoot", "StoredShard"]
+__all__ = ["LEGACY_STAGES", "CopiedShard", "Elsewhere", "RunRoot", "StoredShard"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -50,18 +50,49 @@ LEGACY_STAGES = ("instances", "predictions", "scores", "summary")
 READ_THREADS = 8
 """Shards read at once by `read_stage`: S3 round trips overlap, and a local disk does not mind."""
 
-BULKY_COLUMNS = frozenset({"prompt", "prompt_token_ids", "output", "references", "meta"})
+BULKY_COLUMNS = frozenset({"prompt", "prompt_token_ids", "output"})
 """Columns whose reads are never kept in memory by a root that remembers listings (`read_stage`): the driver's
-memory must not grow with prompt and output bytes."""
+memory must not grow with prompt and output bytes. (`meta` and `references` are kept: the driver's checks and
+reports read them with the other metadata, and they are small next to prompts.)"""
 
 PROMPT_GROUP_BYTES = 32 << 20
 """Decoded row groups of prompts a replica keeps (`stages.infer.PromptReader`). A replica takes a cell's prompts
 shard by shard (the schedule's order, the queue's shard affinity), so this holds the shard it is on, up to 25
 prompts of 256K tokens, whatever the suite's size; a 1M prompt is a row group of its own and is read once."""
 
+WHOLE_READ_BYTES = 256 << 10
+"""A shard this small, its size listed, is read whole by `open_shard` (a replica wants its prompts: most of its
+bytes), in one request instead of a 64 KiB footer read and then its pages. A replica keeps at most 256 shards
+open (`stages.infer.PromptReader`), so at most 64 MiB of such bytes."""
+
 ROW_GROUP_BYTES = 4 << 20
 """About this many bytes of a table per Parquet row group: a reader that wants a few rows of a shard of long
 prompts (an engine replica) reads their row groups, not the shard."""
+
+
+_OWN_ORDER = b"longeval:columns"
+"""Schema metadata of a shard whose bulky columns were written last (`bulky_last`): the table's own order."""
+
+
+def bulky_last(table: pa.Table) -> pa.Table:
+    """`table` as a shard's file holds it: its bulky columns (prompts, token ids, outputs) last, so the metadata
+    columns lie side by side and a read of any of them is one range of the file, not two around the prompts.
+    Its own order goes in the schema's metadata, for readers without a schema (`own_order`)."""
+    names = table.column_names
+    order = [c for c in names if c not in BULKY_COLUMNS] + [c for c in names if c in BULKY_COLUMNS]
+    if order == names:
+        return table
+    return table.select(order).replace_schema_metadata(
+        {**(table.schema.metadata or {}), _OWN_ORDER: json.dumps(names).encode("utf-8")})
+
+
+def own_order(table: pa.Table) -> pa.Table:
+    """A whole shard read without a schema, in the columns' order of the table that was written (`bulky_last`)."""
+    metadata = dict(table.schema.metadata or {})
+    names = metadata.pop(_OWN_ORDER, None)
+    if names is None:
+        return table
+    return table.select(json.loads(names)).replace_schema_metadata(metadata or None)
 
 
 def rows_per_group(table: pa.Table) -> int:
@@ -83,6 +114,17 @@ class CopiedShard:
     rows: int
     bytes: int
     how: CopyKind
+
+
+@dataclass
+class Elsewhere:
+    """What the processes writing a stage during `RunRoot.written_elsewhere` committed, as they reported it."""
+
+    written: set[str] = field(default_factory=set)
+    """Names of the shards they committed."""
+    complete: bool = False
+    """Set when `written` is every shard they committed (none of them died): the root then knows the stage
+    without listing it again."""
 
 
 @dataclass(frozen=True)
@@ -135,12 +177,20 @@ class RunRoot:
         """Commit records read while their folder's listing was remembered (record path -> record)."""
         self._elsewhere: Counter[str] = Counter()
         """Folders other processes are writing now: never remembered."""
-        self._kept: dict[tuple[str, tuple[str, ...], frozenset[str]], pa.Table] = {}
-        """Metadata columns read while the stage's listing was remembered: (stage, columns, names) -> table."""
+        self._kept: dict[tuple[str, str], pa.Table] = {}
+        """Metadata columns read while the stage's listing was remembered: (stage, shard name) -> its columns."""
+        self._footers: dict[tuple[str, str], pads.ParquetFileFragment] = {}
+        """Shards opened for column reads while the stage's listing was remembered, each with its Parquet footer
+        (read by the first read): a later read of other columns fetches only their pages."""
+        self._small: dict[str, bytes | None] = {}
+        """Small files read through `read_if_exists` while listings are remembered (rel -> bytes, None: none)."""
+        self._wanted: dict[str, list[str]] = {}
+        """Metadata columns a command said it will read, per stage (`will_read`)."""
 
     def __getstate__(self) -> dict[str, Any]:
         # Another process sees other writes: it starts with no remembered listings.
-        return {**self.__dict__, "_listed": None, "_elsewhere": Counter(), "_kept": {}, "_records": {}}
+        return {**self.__dict__, "_listed": None, "_elsewhere": Counter(), "_kept": {}, "_records": {},
+                "_footers": {}, "_small": {}}
 
     # -- identity ---------------------------------------------------------------------------------------
 
@@ -167,7 +217,7 @@ class RunRoot:
         # Serialise first, so a failure while encoding never reaches the store; the write is then one atomic
         # file rename or object upload, and the commit record after it publishes the shard.
         sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression="zstd", write_page_checksum=True,
+        pq.write_table(bulky_last(table), sink, compression="zstd", write_page_checksum=True,
                        row_group_size=rows_per_group(table))
         data = sink.getvalue()
         self._loc.write_bytes(self._rel(stage, name + _PARQUET), data)
@@ -226,47 +276,60 @@ class RunRoot:
         """All finished shards of a stage (or those of `names`), concatenated in sorted shard-name order.
 
         With no shards, an empty table with `schema` (or with no columns when `schema` is None).
-        `columns` reads only those columns (prompts are large; metadata reads should not pay for them).
+        `columns` reads only those columns (prompts are large; metadata reads should not pay for them): those
+        pages are checked against their Parquet checksums, a whole shard against its commit record's sha256.
         Shards are read a few at a time: on S3 each costs a round trip or two. `sizes`: the shards' bytes as
         another process listed them (`shard_sizes`), sparing a request each.
         """
-        if columns is not None and schema is not None:
-            schema = pa.schema([schema.field(c) for c in columns])
         names = sorted(self.shard_names(stage) if names is None else names)
         if not names:
+            if columns is not None and schema is not None:
+                schema = pa.schema([schema.field(c) for c in columns])
             return schema.empty_table() if schema is not None else pa.table({})
-        # A driver reads the same metadata columns several times per command (what is left, what is planned,
-        # what is final): a root that remembers the stage's listing keeps them until the stage changes.
-        key = (stage, tuple(columns or ()), frozenset(names))
-        keep = columns is not None and not BULKY_COLUMNS & set(columns) and self._remembered(self._rel(stage)) \
-            and self._remembered(self._rel(_MANIFEST, stage))
-        if keep and (kept := self._kept_columns(key)) is not None and kept.schema.equals(schema or kept.schema):
-            return kept
         sizes = sizes or {}
+        # A driver reads a stage's metadata columns several times per command (what is planned, what is left,
+        # what a report shows): a root that remembers the stage's listing keeps each shard's, until it changes.
+        # A stage with no bulky column (scores) is all metadata: its whole reads are kept too.
+        remembered = self._remembered(self._rel(stage)) and self._remembered(self._rel(_MANIFEST, stage))
+        if columns is None and schema is not None and remembered and not BULKY_COLUMNS & set(schema.names):
+            columns = schema.names
+        keep = columns is not None and not BULKY_COLUMNS & set(columns) and remembered
+        read = self._read_kept if keep else self.read_shard
         with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(names))) as pool:
-            tables = list(pool.map(lambda n: self.read_shard(stage, n, schema, columns=columns, size=sizes.get(n)),
-                                   names))
+            tables = list(pool.map(lambda n: read(stage, n, schema, columns=columns, size=sizes.get(n)), names))
         try:
-            table = pa.concat_tables(tables, promote_options="default" if schema is None else "none")
+            return pa.concat_tables(tables, promote_options="default" if schema is None else "none")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise StoreError(
                 f"shards of stage {stage!r} under {self.uri} have incompatible schemas ({exc}); "
                 "were they written by different longeval versions? Use a fresh run root or delete the stage"
             ) from exc
-        if keep:
-            self._kept[key] = table
-        return table
 
-    def _kept_columns(self, key: tuple[str, tuple[str, ...], frozenset[str]]) -> pa.Table | None:
-        """A kept table with these columns, or the columns of a kept read of more of them (the shard columns
-        compaction wants are among the metadata the infer stage read)."""
-        if key in self._kept:
-            return self._kept[key]
-        stage, columns, names = key
-        for (kept_stage, kept_columns, kept_names), table in self._kept.items():
-            if kept_stage == stage and kept_names == names and set(columns) <= set(kept_columns):
-                return table.select(list(columns))
-        return None
+    def will_read(self, stage: str, columns: Iterable[str]) -> None:
+        """Say which metadata columns of `stage` this command will read (never prompts or outputs): on a root that
+        remembers listings, the first read of each shard then fetches them all with the columns it asks for, and
+        later reads are served from what was kept. On S3 a shard's columns then cost one footer and one or two
+        ranges per command, however many questions the command asks of them (issue #22's ≤ 3 requests per file)."""
+        wanted = self._wanted.setdefault(stage, [])
+        wanted += [c for c in columns if c not in wanted and c not in BULKY_COLUMNS]
+
+    def _read_kept(self, stage: str, name: str, schema: pa.Schema | None, *, columns: list[str],
+                   size: int | None) -> pa.Table:
+        """`columns` of one shard from the columns kept of it, else read with those kept and those the command
+        will read (`will_read`), and kept. A stage with no bulky column (scores) is all metadata: all of its columns
+        are read at once (what a command asks of it first, a few columns, is rarely all it asks)."""
+        kept = self._kept.get((stage, name))
+        if kept is not None and set(columns) <= set(kept.column_names):
+            table = kept.select(columns)
+            if schema is None or table.schema.equals(pa.schema([schema.field(c) for c in columns])):
+                return table
+        known = set(schema.names) if schema is not None else set(columns)  # without a schema: only those asked
+        wanted = schema.names if schema is not None and not BULKY_COLUMNS & known else self._wanted.get(stage, [])
+        wider = [*columns, *(c for c in [*(kept.column_names if kept is not None else ()), *wanted]
+                             if c in known and c not in columns)]
+        table = self.read_shard(stage, name, schema, columns=list(dict.fromkeys(wider)), size=size)
+        self._kept[(stage, name)] = table
+        return table.select(columns)
 
     def read_shard(self, stage: str, name: str, schema: pa.Schema | None = None, *,
                    columns: list[str] | None = None, size: int | None = None) -> pa.Table:
@@ -281,6 +344,8 @@ class RunRoot:
                 partial copy); the shard is set aside under `_damaged/` and uncommitted, so a rerun redoes it.
         """
         if columns is not None:
+            if schema is not None:
+                schema = pa.schema([schema.field(c) for c in columns])
             return self._read_columns(stage, name, schema, columns, size=size)
         data = self.read_bytes(f"{stage}/{name}{_PARQUET}")
         record = self._record(stage, name)
@@ -288,7 +353,8 @@ class RunRoot:
                                    or hashlib.sha256(data).hexdigest() != record["sha256"]):
             raise self._set_aside(stage, name, "its sha256 does not match its commit record")
         try:
-            return pq.read_table(pa.BufferReader(data), schema=schema, columns=columns)
+            table = pq.read_table(pa.BufferReader(data), schema=schema, columns=columns)
+            return own_order(table) if schema is None else table
         except (pa.ArrowInvalid, OSError) as exc:
             raise self._set_aside(stage, name, f"it is not readable Parquet ({str(exc).splitlines()[0]})") from exc
 
@@ -296,11 +362,17 @@ class RunRoot:
                       size: int | None = None) -> pa.Table:
         rel = self._rel(stage, name + _PARQUET)
         size = size if size is not None else self._size(stage, name)
+        remember = self._remembered(self._rel(stage))  # one snapshot of the stage: its footers stay true
 
         def read(size: int | None) -> pa.Table:
             try:
-                fragment = self._loc.parquet(rel, size=size)
-                return fragment.to_table(schema=schema, columns=columns)
+                # A kept fragment holds the footer its first read fetched (taken out while in use: a failed read's
+                # retry opens the file afresh, without a size that may be stale)
+                fragment = self._footers.pop((stage, name), None) or self._loc.parquet(rel, size=size)
+                table = fragment.to_table(schema=schema, columns=columns)
+                if remember:
+                    self._footers[(stage, name)] = fragment
+                return table
             except pa.ArrowInvalid as exc:
                 raise _Unreadable(f"it is not readable Parquet ({str(exc).splitlines()[0]})") from exc
             except OSError as exc:
@@ -327,11 +399,12 @@ class RunRoot:
     def open_shard(self, stage: str, name: str, *, size: int | None = None) -> pads.ParquetFileFragment:
         """A finished shard opened for reading parts of it: its footer is read now and kept, then each
         `fragment.subset(row_group_ids=[g]).to_table(columns=...)` reads only those ranges, pages checked
-        against their checksums. `size`: its bytes as listed (`shard_sizes`), sparing a request on S3."""
+        against their checksums. `size`: its bytes as listed (`shard_sizes`), sparing a request on S3; a shard of
+        at most `WHOLE_READ_BYTES` is then read whole, now, in one request."""
         rel = self._rel(stage, name + _PARQUET)
 
         def open_(size: int | None) -> pads.ParquetFileFragment:
-            fragment = self._loc.parquet(rel, size=size)
+            fragment = self._loc.parquet(rel, size=size, whole_below=WHOLE_READ_BYTES)
             try:
                 fragment.ensure_complete_metadata()
             except pa.ArrowInvalid as exc:
@@ -427,23 +500,37 @@ class RunRoot:
         return written & committed
 
     def has(self, stage: str, name: str) -> bool:
-        """Whether the shard `name` of `stage` is finished (written and committed)."""
-        if self._remembered(self._rel(stage)) and self._remembered(self._rel(_MANIFEST, stage)):
+        """Whether the shard `name` of `stage` is finished (written and committed): from the stage's listing on a
+        root that remembers listings (listed now if need be: the reads that follow use it), else two HEADs."""
+        folders = (self._rel(stage), self._rel(_MANIFEST, stage))
+        if self._listed is not None and all(self._elsewhere[folder] <= 0 for folder in folders):
             return name in self.shard_names(stage)
         return self.exists(self._commit_name(stage, name)) and self.exists(f"{self._rel(stage)}/{name}{_PARQUET}")
 
     @contextmanager
-    def written_elsewhere(self, stage: str) -> Iterator[None]:
+    def written_elsewhere(self, stage: str) -> Iterator[Elsewhere]:
         """While this block runs, other processes write `stage`: its listings are not remembered (and those
-        remembered before are dropped, at the start and at the end)."""
+        remembered before are dropped, at the start and at the end).
+
+        When the writers say what they committed (the block's `Elsewhere`, `complete`), the listings remembered
+        before the block are kept with those shards added, instead of listing the stage again after it (the infer
+        stage's replicas report their parts: its merge at the end then lists nothing)."""
         folders = (self._rel(stage), self._rel(_MANIFEST, stage))
+        before = {f: dict(self._listed[f]) for f in folders if self._remembered(f)}  # type: ignore[index]
         self._elsewhere.update(folders)
         self._forget(*folders)
+        others = Elsewhere()
         try:
-            yield
+            yield others
         finally:
             self._elsewhere.subtract(folders)
             self._forget(*folders)
+        if others.complete and len(before) == 2 and self._listed is not None \
+                and all(self._elsewhere[f] <= 0 for f in folders):
+            data, records = before[folders[0]], before[folders[1]]
+            data.update({name + _PARQUET: None for name in others.written if name + _PARQUET not in data})
+            records.update({name + ".json": None for name in others.written})
+            self._listed.update({folders[0]: data, folders[1]: records})
 
     def forget_listings(self) -> None:
         """Drop every remembered listing and kept table: another process changed the root in a way this one
@@ -451,6 +538,8 @@ class RunRoot:
         if self._listed is not None:
             self._listed.clear()
         self._kept.clear()
+        self._footers.clear()
+        self._small.clear()
         self._records.clear()
 
     # -- remembered listings ----------------------------------------------------------------------------
@@ -475,7 +564,8 @@ class RunRoot:
                 if folder in self._listed:
                     self._listed[folder][base] = size
                 self._records.pop(rel, None)
-                self._drop_kept(folder)
+                self._small.pop(rel, None)
+                self._drop_kept(folder, base)
 
     def _removed(self, *rels: str) -> None:
         if self._listed is not None:
@@ -484,7 +574,8 @@ class RunRoot:
                 if folder in self._listed:
                     self._listed[folder].pop(base, None)
                 self._records.pop(rel, None)
-                self._drop_kept(folder)
+                self._small.pop(rel, None)
+                self._drop_kept(folder, base)
 
     def _forget(self, *rels: str) -> None:
         if self._listed is not None:
@@ -494,11 +585,14 @@ class RunRoot:
                 for record in [r for r in self._records if posixpath.dirname(r) == rel]:
                     del self._records[record]
 
-    def _drop_kept(self, folder: str) -> None:
-        """Forget the tables read from the stage whose data or commit records live in `folder`."""
+    def _drop_kept(self, folder: str, base: str | None = None) -> None:
+        """Forget the columns and footer kept of the shard whose data or commit record is `base` in `folder` (of
+        every shard of the stage there when `base` is None)."""
         stage = folder.removeprefix(_MANIFEST + "/")
-        for key in [k for k in self._kept if self._rel(k[0]) == stage]:
-            del self._kept[key]
+        name = None if base is None else base.removesuffix(_PARQUET).removesuffix(".json")
+        for kept in (self._kept, self._footers):
+            for key in [k for k in kept if self._rel(k[0]) == stage and name in (None, k[1])]:
+                del kept[key]
 
     def adopt_legacy(self, stages: tuple[str, ...] = LEGACY_STAGES) -> int:
         """Commit the shards of a run root written before commit records existed; returns how many.
@@ -544,7 +638,15 @@ class RunRoot:
         self.write_text(name, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
     def read_json(self, name: str) -> Any:
-        text = self.read_text(name)
+        return self._parse_json(name, self.read_text(name))
+
+    def json_if_exists(self, name: str) -> Any:
+        """`read_json`, or None when there is no file: one request (none again on a root that remembers
+        listings, `read_if_exists`)."""
+        raw = self.read_if_exists(name)
+        return None if raw is None else self._parse_json(name, raw.decode("utf-8"))
+
+    def _parse_json(self, name: str, text: str) -> Any:
         try:
             return json.loads(text)
         except json.JSONDecodeError as exc:
@@ -578,6 +680,18 @@ class RunRoot:
         """Delete the file at `<root>/<name>`; a file already gone is fine."""
         self._loc.delete(self._rel(name), missing_ok=True)
         self._removed(self._rel(name))
+
+    def read_if_exists(self, name: str) -> bytes | None:
+        """The bytes at `<root>/<name>`, None when there is no file: one request where `exists` and `read_bytes`
+        take two. A root that remembers listings reads each such file once (a command's one snapshot of the root:
+        a report asks for config.yaml in every check), until it writes or deletes it itself."""
+        rel = self._rel(name)
+        if self._listed is not None and rel in self._small:
+            return self._small[rel]
+        data = self._loc.read_if_exists(rel)
+        if self._listed is not None:
+            self._small[rel] = data
+        return data
 
     def read_text(self, name: str) -> str:
         return self.read_bytes(name).decode("utf-8")

@@ -159,8 +159,9 @@ def test_a_driver_reads_listed_shards_without_a_head_and_each_record_once(
     meter: S3Meter, logged_server: S3Server
 ) -> None:
     """A driver's metadata read of N listed shards: one listing of each prefix, then per shard its footer and its
-    columns' pages (no HEAD: the listing gave the size); the commit records (what the score fingerprint hashes)
-    are read once per command however often they are asked for."""
+    columns' pages, one range (no HEAD: the listing gave the size; the prompts lie after the metadata columns);
+    the commit records (what the score fingerprint hashes) are read once per command however often they are asked
+    for."""
     from longeval.records import INSTANCE_SCHEMA
 
     uri = f"s3://{logged_server.bucket}/{PREFIX}/driver"
@@ -168,7 +169,7 @@ def test_a_driver_reads_listed_shards_without_a_head_and_each_record_once(
     root = RunRoot(uri, remember_listings=True)
     by_method, listings = requests(meter, lambda: root.read_stage("instances", INSTANCE_SCHEMA, columns=META))
     assert listings == 2  # the stage and its commit records, once each
-    assert by_method["HEAD"] == 0 and sum(by_method.values()) <= 3 * N, by_method
+    assert by_method["HEAD"] == 0 and sum(by_method.values()) == 2 * N, by_method
     by_method, listings = requests(meter, lambda: [root.commit_record("instances", n) for n in names * 3])
     assert by_method == Counter({"GET": N}) and listings == 0, by_method
     assert root.read_stage("instances", INSTANCE_SCHEMA, columns=META).num_rows == 4 * N
@@ -186,11 +187,13 @@ def test_a_worker_reads_a_whole_shard_in_two_gets(meter: S3Meter, logged_server:
 
 
 def test_a_replica_given_listed_sizes_reads_a_shard_in_three_requests(
-    meter: S3Meter, logged_server: S3Server
+    meter: S3Meter, logged_server: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A replica's prompts, from the shards and sizes the driver listed: per shard its footer, its ids and the
-    row group that holds the prompts; nothing listed, no HEAD."""
+    """A replica's prompts, from the shards and sizes the driver listed: per shard (one too big to read whole) its
+    footer, its ids and the row group that holds the prompts; nothing listed, no HEAD."""
     from longeval.stages.infer import PromptReader
+
+    monkeypatch.setattr("longeval.store.WHOLE_READ_BYTES", 0)  # these shards stand for big ones
 
     uri = f"s3://{logged_server.bucket}/{PREFIX}/replica"
     names = shards(RunRoot(uri), N)
@@ -238,3 +241,133 @@ def test_asking_after_a_missing_file_is_one_head(meter: S3Meter, logged_server: 
     by_method, listings = requests(meter, lambda: (root.exists("_lease/000000000002.json"), root.exists("here.json")))
     assert by_method == Counter({"HEAD": 2}) and listings == 0, (by_method, listings)
     assert not root.exists("_lease/000000000002.json") and root.exists("here.json") and not root.exists("_lease")
+
+
+# -- commands: what `longeval report` and its HTML page pay per file they touch (issue #22) -----------------------
+
+
+def per_file(meter: S3Meter, action: Callable[[], object], below: str) -> tuple[dict[str, Counter[str]], Counter[str]]:
+    """The requests `action` made per file below `below`, by method, and its listings per prefix."""
+    time.sleep(0.2)
+    began = time.time()
+    action()
+    meter.stage(began, time.time(), PREFIX)
+    ended = time.time()
+    files: dict[str, Counter[str]] = {}
+    for r in meter.requests:
+        if began <= r.t <= ended and f"/{below}/" in r.path:
+            files.setdefault(r.path.split(f"/{below}/", 1)[1], Counter())[r.method] += 1
+    listings = Counter(item.prefix for item in meter.listings if began <= item.t <= ended and item.first_page
+                       and item.prefix.startswith(below))
+    return files, listings
+
+
+@pytest.fixture
+def scored_run(meter: S3Meter, logged_server: S3Server) -> str:
+    """A scored run root (every family, no summaries yet) whose instance shards hold real prompts between their
+    metadata columns, as generation writes them."""
+    from tests.report.report_helpers import build_run
+
+    uri = f"s3://{logged_server.bucket}/{PREFIX}/scored-{time.time_ns()}"
+    build_run(uri, "model-a", summarise=False, prompt_tokens=3000)
+    return uri
+
+
+def test_the_report_stage_reads_each_file_with_at_most_three_requests(meter: S3Meter, scored_run: str) -> None:
+    """`longeval report`'s summaries: the consistency check, the plan's ids and the families' `meta` are all asked
+    of the instance shards; each shard is read once (footer and metadata ranges), and each prefix listed once."""
+    from omegaconf import OmegaConf
+
+    from longeval.config import validate
+    from longeval.stages.summarise import report
+
+    root = RunRoot(scored_run, remember_listings=True)  # as `pipeline.run` opens it
+    cfg = validate(OmegaConf.create(root.read_text("config.yaml")))
+    files, listings = per_file(meter, lambda: report(cfg, root), scored_run.split("/", 3)[3])
+    instances = {name: c for name, c in files.items() if name.startswith("instances/")}
+    assert len(instances) > 20 and max(sum(c.values()) for c in files.values()) <= 3, \
+        sorted(files.items(), key=lambda kv: -sum(kv[1].values()))[:3]
+    assert all(c == Counter({"GET": 2}) for c in instances.values()), instances  # a footer and one range
+    assert listings and max(listings.values()) == 1, listings
+
+
+def test_the_html_report_reads_each_file_with_at_most_three_requests(
+    meter: S3Meter, scored_run: str, tmp_path: Path
+) -> None:
+    """`longeval report RUN_ROOT -o page.html` on a run root without summaries: it checks the run, writes the
+    summaries, writes the per-instance CSV (references, outputs, scores): one root per run root, so each file is
+    listed once and each shard read once with every column the page needs."""
+    from longeval.report.html import write_report
+    from longeval.stages.summarise import summarise_root
+
+    files, listings = per_file(
+        meter, lambda: write_report([scored_run], tmp_path / "page.html", resamples=20, summarise=summarise_root),
+        scored_run.split("/", 3)[3])
+    assert sum(1 for name in files if name.startswith("instances/")) > 20
+    assert max(sum(c.values()) for c in files.values()) <= 3, \
+        sorted(files.items(), key=lambda kv: -sum(kv[1].values()))[:3]
+    assert listings and max(listings.values()) == 1, listings
+    assert (tmp_path / "page_files").is_dir()
+
+
+def test_shards_the_writers_reported_are_known_without_a_listing(meter: S3Meter, logged_server: S3Server) -> None:
+    """The infer stage's replicas report the parts they committed: after their block the driver knows the stage
+    (what it listed before, and those parts) and its merge lists nothing; when one died, it lists again."""
+    uri = f"s3://{logged_server.bucket}/{PREFIX}/reported"
+    root, replica = RunRoot(uri, remember_listings=True), RunRoot(uri)
+    root.write_table("predictions", "before", table(2))
+    assert root.shard_names("predictions") == {"before"}
+    with root.written_elsewhere("predictions") as wrote:
+        wrote.written.add(replica.write_part("predictions", table(3)))
+        wrote.complete = True
+    _, listings = requests(meter, lambda: root.shard_names("predictions"))
+    assert listings == 0 and root.shard_names("predictions") == {"before", *wrote.written}
+    assert root.read_stage("predictions").num_rows == 5
+    with root.written_elsewhere("predictions") as wrote:
+        wrote.written.add(replica.write_part("predictions", table(4)))  # and a dead replica's, not reported
+        replica.write_table("predictions", "unreported", table(1))
+    _, listings = requests(meter, lambda: root.shard_names("predictions"))
+    assert listings == 2 and "unreported" in root.shard_names("predictions")
+
+
+def test_a_replica_reads_a_small_shard_whole_in_one_get(meter: S3Meter, logged_server: S3Server) -> None:
+    """A shard below `WHOLE_READ_BYTES` whose size the driver listed: one GET of the whole file, then every read
+    from memory (not a 64 KiB footer read and the pages again: up to twice the bytes, in three requests)."""
+    from longeval.stages.infer import PromptReader
+    from longeval.store import WHOLE_READ_BYTES
+
+    uri = f"s3://{logged_server.bucket}/{PREFIX}/small"
+    names = shards(RunRoot(uri), N)
+    sizes = RunRoot(uri, remember_listings=True).shard_sizes("instances")
+    assert all(0 < size <= WHOLE_READ_BYTES for size in sizes.values())
+
+    def run() -> None:
+        reader = PromptReader(RunRoot(uri), shards=sizes)
+        for k, name in enumerate(names):
+            for i in range(4):
+                assert len(reader.request(f"{k}-{i}", name).prompt_token_ids) == 3000
+        reader.close()
+
+    by_method, listings = requests(meter, run)
+    assert by_method == Counter({"GET": N}) and listings == 0, by_method
+
+
+def test_a_stage_of_metadata_is_read_whole_at_its_first_read(meter: S3Meter, logged_server: S3Server) -> None:
+    """Scores have no bulky column: the consistency check's two columns (far apart in the file) and then every
+    column (the summaries, the per-instance CSV) cost one footer and one range per command, not three reads."""
+    from longeval.records import SCORE_SCHEMA
+
+    uri = f"s3://{logged_server.bucket}/{PREFIX}/scores"
+    rows = [{"instance_id": f"i{k}", "model_id": "m", "family": "ruler", "task": "vt", "target_length": 4096,
+             "depth": 0.0, "metric": "m", "score": 1.0, "parsed_answer": f"answer {k} " * 20, "error_type": "",
+             "extra": "{}", "complexity": "", "prediction_fingerprint": f"{k:064x}"} for k in range(2000)]
+    RunRoot(uri).write_table("scores", "scores", pa.Table.from_pylist(rows, schema=SCORE_SCHEMA))
+    root = RunRoot(uri, remember_listings=True)
+    root.shard_names("scores")
+
+    def run() -> None:
+        root.read_stage("scores", SCORE_SCHEMA, columns=["instance_id", "prediction_fingerprint"])
+        assert root.read_stage("scores", SCORE_SCHEMA).num_rows == 2000
+
+    by_method, _ = requests(meter, run)
+    assert by_method == Counter({"GET": 2}), by_method

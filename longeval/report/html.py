@@ -32,6 +32,7 @@ from longeval.errors import ConfigError, LongevalError, OutputError
 from longeval.report import plots
 from longeval.report.adaptive import effective_length_text
 from longeval.report.runs import (
+    INSTANCE_ROW_COLUMNS,
     RunData,
     family_rows,
     has_rows,
@@ -673,7 +674,10 @@ def write_report(uris: Sequence[str], out: str | os.PathLike, *, resamples: int 
     if path.is_dir():  # before reading any run: the answer does not depend on them
         raise OutputError(f"-o {out}: {path} is a directory; give the report's file name, e.g. "
                           f"-o {path / 'report.html'}")
-    runs = unique_labels([load_run(u, summarise=summarise) for u in uris])
+    roots = [RunRoot(u, remember_listings=True) for u in uris]  # one command, one snapshot of each root
+    for root in roots if instances else ():
+        root.will_read("instances", INSTANCE_ROW_COLUMNS)  # with the checks' columns: one read of each shard
+    runs = unique_labels([load_run(root, summarise=summarise) for root in roots])
     written = _Written()
     try:
         return _write(runs, path, written, resamples=resamples, seed=seed, compare=compare, instances=instances)
@@ -727,7 +731,7 @@ def _write(runs: list[RunData], path: Path, written: _Written, *, resamples: int
                 mine[name] = (f"{run.uri}/{name}", "")
         if instances:
             try:
-                rows = instance_rows(run.uri)
+                rows = instance_rows(run.root or run.uri)
             except (LongevalError, pa.ArrowException) as exc:  # a convenience: the page is written without it
                 mine["per-instance CSV"] = (f"not written: {exc}", "")
             else:
@@ -743,8 +747,9 @@ def _write(runs: list[RunData], path: Path, written: _Written, *, resamples: int
         base = runs[0]
         for run in runs[1:]:
             try:
-                comparison = compare_scores(load_scores(base.uri), load_scores(run.uri), resamples=resamples,
-                                            seed=seed, provenance=provenance_pairs(base.uri, run.uri),
+                a, b = base.root or base.uri, run.root or run.uri
+                comparison = compare_scores(load_scores(a), load_scores(b), resamples=resamples,
+                                            seed=seed, provenance=provenance_pairs(a, b),
                                             names=(base.label, run.label))
             except LongevalError as exc:  # no shared instances, or no scores: say so on the page
                 pairs.append(PairView(base.label, run.label, error=str(exc)))

@@ -28,8 +28,9 @@ from longeval.store import RunRoot
 from longeval.tasks import FAMILIES, TASKS
 from longeval.text.corpus import comparable_with_ruler
 
-__all__ = ["SUMMARY_NAMES", "RunData", "check_run", "essay_note", "essay_sentence", "family_rows", "has_rows",
-           "instance_rows", "load_run", "load_scores", "provenance_pairs", "run_versions", "slug", "unique_labels"]
+__all__ = ["INSTANCE_ROW_COLUMNS", "SUMMARY_NAMES", "RunData", "check_run", "essay_note", "essay_sentence",
+           "family_rows", "has_rows", "instance_rows", "load_run", "load_scores", "provenance_pairs", "run_versions",
+           "slug", "unique_labels"]
 
 COMMON_SUMMARY_NAMES = ("tasks", "lengths", "headline", "cumulative", "errors", "slices")
 SUMMARY_NAMES = COMMON_SUMMARY_NAMES + tuple(t.name for f in FAMILIES.values() for t in f.tables)
@@ -39,6 +40,9 @@ ADAPTIVE_SUMMARY_NAMES = ("adaptive", "adaptive_lengths", "adaptive_groups")
 """Written besides them by an adaptive run (`longeval.adaptive_run`), read when present."""
 
 _OUTPUT_CHARS = 2000
+INSTANCE_ROW_COLUMNS = ["instance_id", "input_tokens", "references"]
+"""The instance columns `instance_rows` reads: a report declares them (`RunRoot.will_read`) so each instance shard
+is read once per command, with the columns its checks read."""
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +60,17 @@ class RunData:
     """`model.max_model_len` from the run's config.yaml: the context the run claimed for the model."""
     tables: dict[str, pa.Table] = field(default_factory=dict)
     computed: bool = False
+    """True when the summaries were missing (or older than the scores) and computed (and written) while loading."""
     notes: tuple[str, ...] = ()
     """What a reader must know to compare this run's numbers elsewhere (see `essay_note`)."""
-    """True when the summaries were missing (or older than the scores) and computed (and written) while loading."""
     status: dict[str, Any] | None = None
     """The run's status as checked now (`longeval.consistency`, what status.json holds): whether every planned
     instance has its prediction and a score from it."""
     problem: str = ""
     """What is missing or partial about the run, in one line ("" when complete and current): the report's banner."""
+    root: RunRoot | None = field(default=None, repr=False, compare=False)
+    """The root it was read through: the report's later reads of the run go through it, so what it listed and
+    read is not asked of the store again."""
 
     @property
     def incomplete(self) -> bool:
@@ -75,12 +82,18 @@ class RunData:
         return PurePosixPath(self.uri.rstrip("/")).name or self.uri
 
 
+def _root(target: RunRoot | str) -> RunRoot:
+    """The run root given, or one opened for this command from its URI (one snapshot: listings remembered)."""
+    return target if isinstance(target, RunRoot) else RunRoot(target, remember_listings=True)
+
+
 def _config(root: RunRoot) -> dict[str, Any]:
-    if not root.exists("config.yaml"):
+    raw = root.read_if_exists("config.yaml")
+    if raw is None:
         return {}
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_container(OmegaConf.create(root.read_text("config.yaml")), resolve=False) or {}
+    return OmegaConf.to_container(OmegaConf.create(raw.decode("utf-8")), resolve=False) or {}
 
 
 def _select(config: dict[str, Any], dotted: str) -> Any:
@@ -100,13 +113,16 @@ def _summaries(root: RunRoot) -> dict[str, pa.Table]:
             for name in SUMMARY_NAMES + ADAPTIVE_SUMMARY_NAMES if name in present}
 
 
-def load_run(uri: str, *, summarise: Callable[[RunRoot], Any] | None = None) -> RunData:
+def load_run(target: RunRoot | str, *, summarise: Callable[[RunRoot], Any] | None = None) -> RunData:
     """A run root's summaries, config facts and label (not yet made unique: see `unique_labels`).
+
+    Args:
+        target: the run root, or its URI (then opened remembering its listings: one command, one snapshot).
 
     Raises:
         StoreError: the root has neither summaries nor scores (not a run root, or not scored yet).
     """
-    root = RunRoot(uri, remember_listings=True)  # one command, one snapshot of the root
+    root = _root(target)
     root.adopt_legacy()  # a run root from before commit records: its finished shards count
     config = _config(root)
     consistency = check_run(root) if root.has("scores", "scores") else None
@@ -130,7 +146,7 @@ def load_run(uri: str, *, summarise: Callable[[RunRoot], Any] | None = None) -> 
     if not model and "headline" in tables and tables["headline"].num_rows:
         model = tables["headline"]["model_id"][0].as_py()
     claimed = _select(config, "model.max_model_len")
-    versions = root.read_json("versions.json") if root.exists("versions.json") else {}
+    versions = root.json_if_exists("versions.json") or {}
     label = str(model or PurePosixPath(root.uri).name)
     note = essay_note(label, versions, tables.get("tasks"))
     return RunData(uri=root.uri, label=label, model=str(model or ""),
@@ -138,18 +154,19 @@ def load_run(uri: str, *, summarise: Callable[[RunRoot], Any] | None = None) -> 
                    claimed_length=int(claimed) if claimed is not None else None, tables=tables, computed=computed,
                    notes=(note,) if note else (),
                    status=consistency.as_status() if consistency is not None else None,
-                   problem=consistency.one_line(root.uri) if consistency is not None else "")
+                   problem=consistency.one_line(root.uri) if consistency is not None else "", root=root)
 
 
 def _stored_config(root: RunRoot) -> Config | None:
     """The run's config.yaml as a Config: its plan. None without one, or for one this version no longer reads (the
     root's instances are then the plan)."""
-    if not root.exists("config.yaml"):
+    raw = root.read_if_exists("config.yaml")
+    if raw is None:
         return None
     from omegaconf import OmegaConf
 
     try:
-        return validate(OmegaConf.create(root.read_text("config.yaml")))
+        return validate(OmegaConf.create(raw.decode("utf-8")))
     except ConfigError as exc:
         log.warning("run root %s: config.yaml does not validate (%s); checking against the instances it holds",
                     root.uri, exc)
@@ -193,8 +210,7 @@ def essay_sentence(versions: dict[str, Any], tasks: pa.Table | None) -> str:
 
 def run_versions(uri: str) -> dict[str, Any]:
     """A run root's versions.json ({} when it has none, as runs from before it was written)."""
-    root = RunRoot(uri)
-    return root.read_json("versions.json") if root.exists("versions.json") else {}
+    return RunRoot(uri).json_if_exists("versions.json") or {}
 
 
 def unique_labels(runs: list[RunData]) -> list[RunData]:
@@ -215,13 +231,13 @@ def unique_labels(runs: list[RunData]) -> list[RunData]:
     return [replace(r, label=label) for r, label in zip(runs, labels, strict=True)]
 
 
-def load_scores(uri: str) -> pa.Table:
+def load_scores(target: RunRoot | str) -> pa.Table:
     """A run root's per-instance scores of its current plan (config.yaml's; the columns a comparison needs).
 
     Raises:
         StoreError: the run root has no scores.
     """
-    root = RunRoot(uri, remember_listings=True)  # one command, one snapshot of the root
+    root = _root(target)
     if not root.has("scores", "scores"):
         raise StoreError(f"run root {root.uri} has no scores/scores.parquet; run `longeval score` on it first")
     columns = ["instance_id", "model_id", "family", "task", "target_length", "score", "error_type"]
@@ -235,12 +251,12 @@ def _in_stored_plan(root: RunRoot, scores: pa.Table) -> pa.Table:
     return scores if cfg is None else scores.filter(pc.is_in(scores["instance_id"], value_set=planned_ids(cfg, root)))
 
 
-def provenance_pairs(uri_a: str, uri_b: str) -> dict[str, tuple[object, object]]:
+def provenance_pairs(a: RunRoot | str, b: RunRoot | str) -> dict[str, tuple[object, object]]:
     """The settings instance ids depend on, for both runs: `{key: (a's, b's)}` (what exists of them)."""
     out: dict[str, tuple[object, object]] = {}
-    roots = (RunRoot(uri_a), RunRoot(uri_b))
+    roots = (_root(a), _root(b))
     configs = [_config(r) for r in roots]
-    versions = [r.read_json("versions.json") if r.exists("versions.json") else {} for r in roots]
+    versions = [r.json_if_exists("versions.json") or {} for r in roots]
     identities = [run_identity(c, COMPARED_SETTINGS) for c in configs]
     for key in COMPARED_SETTINGS:
         out[key] = (identities[0][key], identities[1][key])
@@ -255,13 +271,12 @@ def provenance_pairs(uri_a: str, uri_b: str) -> dict[str, tuple[object, object]]
     return out
 
 
-def instance_rows(uri: str) -> pa.Table:
+def instance_rows(target: RunRoot | str) -> pa.Table:
     """One row per scored instance with what a person needs to look at it: the references, the model's
     output (first 2000 characters) and its score, for the per-instance CSV beside a report."""
-    root = RunRoot(uri, remember_listings=True)  # one command, one snapshot of the root
+    root = _root(target)
     scores = _in_stored_plan(root, root.read_stage("scores", SCORE_SCHEMA))
-    instances = root.read_stage("instances", INSTANCE_SCHEMA,
-                                columns=["instance_id", "input_tokens", "references"])
+    instances = root.read_stage("instances", INSTANCE_SCHEMA, columns=INSTANCE_ROW_COLUMNS)
     preds = root.read_stage("predictions", PREDICTION_SCHEMA,
                             columns=["instance_id", "output", "finish_reason", "error"])
     refs = {i: (n, r) for i, n, r in zip(instances["instance_id"].to_pylist(), instances["input_tokens"].to_pylist(),

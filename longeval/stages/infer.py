@@ -45,7 +45,7 @@ from longeval.plan import size_pool as plan_size_pool
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, ErrorKind, Prediction, prediction_table
 from longeval.redaction import Redactor
 from longeval.shards import ShardName
-from longeval.store import PROMPT_GROUP_BYTES, RunRoot
+from longeval.store import PROMPT_GROUP_BYTES, Elsewhere, RunRoot
 from longeval.tasks import TASKS
 
 log = logging.getLogger(__name__)
@@ -107,11 +107,11 @@ def _infer_round(cfg: Config, plan: Plan, root: RunRoot, engines: Engines, progr
         ran += todo.num_rows - send.num_rows
         if send.num_rows:
             pool = engines.size(pool, mine)
-            with root.written_elsewhere("predictions"):  # by the replicas (a restart lists what they finished)
+            with root.written_elsewhere("predictions") as replicas_wrote:  # (a restart lists what they finished)
                 if cfg.model.engine == "openai":
                     ran += _infer_api(cfg, pool, send, root, engines.model_path, progress)
                 else:
-                    ran += _infer_vllm(cfg, engines.replicas(pool), send, progress)
+                    ran += _infer_vllm(cfg, engines.replicas(pool), send, progress, wrote=replicas_wrote)
     return ran
 
 
@@ -230,7 +230,7 @@ class Replica:
         stats = {**self.engine.stats.record(), "runs": self.runs, "run_s": round(time.perf_counter() - began, 3),
                  "rows": self.writer.finished}
         self.root.write_json(self.record, {**self.info, "stats": stats})
-        return stats
+        return {**stats, "parts": self.writer.names}  # the driver then knows them without a listing
 
     def _from_queue(self, queue: Any, k: int) -> Iterator[tuple[str, str] | None]:
         """The queue's contexts as `(instance_id, shard prefix)` pairs; None while the queue holds this replica's
@@ -349,10 +349,16 @@ class _Writer:
         """Rows committed."""
         self.finished = 0
         """Rows handed over by the engine (what a progress bar shows: commits come every `interval_s`)."""
-        self.parts = 0
+        self.names: list[str] = []
+        """The parts committed."""
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._loop, name="longeval-writer", daemon=True)
         self.thread.start()
+
+    @property
+    def parts(self) -> int:
+        """How many parts were committed."""
+        return len(self.names)
 
     def put(self, rows: list[dict]) -> None:
         if self.error is not None:
@@ -395,9 +401,8 @@ class _Writer:
                 rows += more
             try:
                 table = prediction_table([{**row, **self.extra} for row in rows])
-                self.root.write_part("predictions", table)
+                self.names.append(self.root.write_part("predictions", table))
                 self.count += len(rows)
-                self.parts += 1
             except BaseException as exc:  # surfaced by put/close in the engine's thread
                 self.error = exc
                 return
@@ -585,7 +590,10 @@ class PoolReplicas:
         self.groups.clear()
 
 
-def _infer_vllm(cfg: Config, replicas: PoolReplicas, send: pa.Table, progress) -> int:
+def _infer_vllm(cfg: Config, replicas: PoolReplicas, send: pa.Table, progress, *,
+                wrote: Elsewhere | None = None) -> int:
+    """Run `send` on the pool's replicas; `wrote` learns the parts they committed (complete when none died: the
+    driver then knows the predictions stage without listing it again)."""
     pool = replicas.pool
     rows = schedule(send)
     driver = _QueueDriver(cfg, replicas, rows) if cfg.cluster.dispatch == Dispatch.dynamic else \
@@ -609,6 +617,9 @@ def _infer_vllm(cfg: Config, replicas: PoolReplicas, send: pa.Table, progress) -
         raise
     finally:
         driver.close()
+    if wrote is not None:
+        wrote.written.update(driver.parts)
+        wrote.complete = not driver.died
     log.info("%s: %s", pool.name, driver.stats)
     return send.num_rows
 
@@ -631,6 +642,10 @@ class _PoolDriver(abc.ABC):
         self.shards: dict[str, int | None] | None = None
         """The instance shards that hold the pool's prompts, from the driver's listing (`pool_shards`)."""
         self.failures: dict[int, int] = {}
+        self.parts: list[str] = []
+        """The prediction parts the replicas' finished runs committed (as they reported them)."""
+        self.died = False
+        """Whether a run died: its replica's parts are then known only to a listing."""
         self.done_rows = 0
         """Rows finished by runs that ended (returned, or died: those their replica committed)."""
         self.stats: dict[str, dict] = {}
@@ -666,9 +681,11 @@ class _PoolDriver(abc.ABC):
             except ray.exceptions.RayError as exc:
                 stop_on_disk_full(exc)  # a restart would only fill the same disk again
                 interrupt.check()  # engines in the terminal's process group die of the same Ctrl-C: no restart
+                self.died = True
                 self.replicas.replace(k)
                 self._replica_died(k, exc)
                 continue
+            self.parts += stats.pop("parts", [])
             self.stats[self.replicas.name(k)] = stats
             self.done_rows += stats["rows"]
             self._run_ended(k)

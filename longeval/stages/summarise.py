@@ -122,7 +122,8 @@ def rows_with_meta(root: RunRoot, scores: pa.Table, family: str) -> dict[str, li
 def summarise_root(root: RunRoot) -> RunResult:
     """Write a scored run root's summaries with the config it stored (`config.yaml`): for `longeval report`
     on a root that was scored but never summarised."""
-    if not root.exists("config.yaml"):
+    raw = root.read_if_exists("config.yaml")
+    if raw is None:
         raise StoreError(f"run root {root.uri} has scores but neither summary/ nor config.yaml; run "
                          "`longeval report` with the overrides it was made with to write its summaries")
-    return report(validate(OmegaConf.create(root.read_text("config.yaml"))), root)
+    return report(validate(OmegaConf.create(raw.decode("utf-8"))), root)

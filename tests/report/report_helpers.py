@@ -10,6 +10,7 @@ be compared. RULER's numbers are chosen so the leaderboard is known by heart:
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pyarrow as pa
@@ -114,9 +115,12 @@ def _tail(model: str) -> list[tuple[dict, float, str]]:
     return rows
 
 
-def build_run(path: str | Path, model: str, *, summarise: bool = True, max_model_len: int = 32768) -> RunRoot:
+def build_run(path: str | Path, model: str, *, summarise: bool = True, max_model_len: int = 32768,
+              prompt_tokens: int = 0) -> RunRoot:
     """Write config.yaml, instances, predictions and scores for `model` under `path` (a folder or s3:// URI),
-    and its summaries with `pipeline.report` if `summarise`."""
+    and its summaries with `pipeline.report` if `summarise`. `prompt_tokens`: give each instance a prompt of
+    this many (pseudo-random, barely compressible) words and token ids, as generated shards have between their
+    metadata columns, for tests that count what reading around them costs."""
     cfg = validate({"model": {"name": model, "path": "synthetic", "max_model_len": max_model_len},
                     "suite": {"name": "synthetic", "tasks": list(TASKS), "lengths": list(LENGTHS), "samples": 10}})
     root = RunRoot(str(path))
@@ -125,6 +129,10 @@ def build_run(path: str | Path, model: str, *, summarise: bool = True, max_model
     rows = _ruler(model) + _sync(model) + _michelangelo(model) + _longbench(model) + _tail(model)
     shards: dict[str, list[dict]] = {}
     for instance, _, _ in rows:
+        if prompt_tokens:
+            rng = random.Random(instance["instance_id"])
+            instance["prompt_token_ids"] = [rng.randrange(50_000) for _ in range(prompt_tokens)]
+            instance["prompt"] = " ".join(f"w{t}" for t in instance["prompt_token_ids"])
         name = f"{instance['family']}.{instance['task']}.L{instance['target_length']}.s42.00000"
         shards.setdefault(name, []).append(instance)
     for name, instances in shards.items():
