@@ -62,8 +62,8 @@ prompts of 256K tokens, whatever the suite's size; a 1M prompt is a row group of
 
 WHOLE_READ_BYTES = 256 << 10
 """A shard this small, its size listed, is read whole by `open_shard` (a replica wants its prompts: most of its
-bytes), in one request instead of a 64 KiB footer read and then its pages. A replica keeps at most 256 shards
-open (`stages.infer.PromptReader`), so at most 64 MiB of such bytes."""
+bytes), in one request instead of a 64 KiB footer read and then its pages. A replica keeps at most 12 shards
+open (`dispatch.OPEN_SHARDS`), so at most 3 MiB of such bytes."""
 
 ROW_GROUP_BYTES = 4 << 20
 """About this many bytes of a table per Parquet row group: a reader that wants a few rows of a shard of long
