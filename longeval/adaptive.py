@@ -248,6 +248,14 @@ class Settings:
     def cap_for(self, length: int) -> int:
         return dict(self.length_caps).get(length, self.cap)
 
+    def schedule(self) -> dict[str, int | float | str | bool]:
+        """How the run sampled, for its outputs (`compute.schedule` in adaptive.json): the first round's instances
+        per cell (a group's length: per member task), the growth, the largest round (0: no limit), the alpha split
+        and the near stop. A reader of the results needs them to know at which draws the bounds were looked at and
+        what share of alpha each length's decision had."""
+        return {"round_start": self.round_size, "growth": self.round_growth, "round_max": self.round_max,
+                "alpha_split": self.alpha_split, "near_stop": self.near_stop}
+
     def next_count(self, n: int, cap: int) -> int:
         """Draws a cell (or a group's length, in columns) at `n` draws has after its next round, never past `cap`
         (`round_growth`, `round_max`). A function of n only, so the same scores give the same rounds."""

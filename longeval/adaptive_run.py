@@ -299,7 +299,8 @@ def adaptive_tables(cfg: Config, root: RunRoot, scores: pa.Table | None = None) 
                "token_share": spent / full_est if full_est else None,
                "cells": len(rows), "decided_early": sum(r["decided_early"] for r in rows),
                "confidence": cfg.suite.adaptive_confidence, "round_instances": settings.round_size,
-               "target": cfg.suite.adaptive_target}
+               "target": cfg.suite.adaptive_target,
+               "schedule": {**settings.schedule(), "shard_size": cfg.suite.shard_size}}
     if hours is not None:
         # A cell with no instance yet has no per-instance estimate: it counts 0 both ways.
         spent_h = sum(r["gpu_hours"] or 0.0 for r in rows)

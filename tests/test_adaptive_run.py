@@ -169,7 +169,9 @@ def test_terminal_view_shows_decisions_intervals_and_compute():
          "effective_length_high": 4096, "decided": True, "near_threshold": False, "noise_low": 4096,
          "noise_high": 4096, "bound": "group mean"}], schema=LENGTH_SCHEMA)
     compute = {"instances": 550, "full_instances": 1000, "tokens": 2000, "full_tokens_est": 40000,
-               "token_share": 0.05, "cells": 2, "decided_early": 1, "confidence": 0.95}
+               "token_share": 0.05, "cells": 2, "decided_early": 1, "confidence": 0.95,
+               "schedule": {"round_start": 2, "growth": 1.25, "round_max": 10, "alpha_split": "length",
+                            "near_stop": False, "shard_size": 2}}
     from longeval.adaptive_run import GROUP_SCHEMA
 
     group = {"group": "all", "members": 2, "near_threshold": False, "bound": "group mean"}
@@ -200,6 +202,8 @@ def test_terminal_view_shows_decisions_intervals_and_compute():
     assert "above 500~" in text and "group all: 4K [group mean]" in " ".join(text.split())
     assert "ruler/vt: undecided near the threshold: a full sweep could give none to 4K (these instances give " \
         "4K)" in text
+    assert "sampled: rounds of 2 growing by 25 % up to 10 instances per cell (shards of 2); α split over the " \
+        "lengths in proportion to the length; near stop off" in " ".join(text.split())
 
 
 @pytest.mark.engine
@@ -263,6 +267,10 @@ def test_a_suite_target_run_decides_the_suites_effective_length_and_resumes(tmp_
     suite = lengths[("group", "all")]
     assert suite["decided"] and suite["effective_length"] is None and suite["bound"] == "group mean"
     assert lengths[("task", "ruler/vt")]["bound"] == "cells" and result.adaptive["compute"]["target"] == "suite"
+    # how it sampled, in the outputs: the schedule the run used (docs/adaptive.md, "Outputs")
+    schedule = {**settings_for(cfg).schedule(), "shard_size": 1}
+    assert result.adaptive["compute"]["schedule"] == schedule
+    assert json.loads((Path(cfg.run_root) / "adaptive.json").read_text())["compute"]["schedule"] == schedule
     rows = [g for g in result.adaptive["adaptive_groups"].to_pylist() if g["group"] == "all"]
     assert [g["decision"] for g in rows] == ["below", "below"] and all(g["ci_high"] < 85.6 for g in rows)
     assert RunRoot(cfg.run_root).exists("summary/adaptive_groups.csv")

@@ -64,6 +64,9 @@ class RunData:
     instance has its prediction and a score from it."""
     problem: str = ""
     """What is missing or partial about the run, in one line ("" when complete and current): the report's banner."""
+    adaptive_schedule: dict[str, Any] | None = None
+    """An adaptive run's round schedule and alpha split (`compute.schedule` of its adaptive.json), None when the
+    run is not adaptive or was written before they were recorded."""
 
     @property
     def incomplete(self) -> bool:
@@ -133,12 +136,14 @@ def load_run(uri: str, *, summarise: Callable[[RunRoot], Any] | None = None) -> 
     versions = root.read_json("versions.json") if root.exists("versions.json") else {}
     label = str(model or PurePosixPath(root.uri).name)
     note = essay_note(label, versions, tables.get("tasks"))
+    adaptive = root.read_json("adaptive.json") if root.exists("adaptive.json") else {}
     return RunData(uri=root.uri, label=label, model=str(model or ""),
                    suite=str(_select(config, "suite.name") or ""),
                    claimed_length=int(claimed) if claimed is not None else None, tables=tables, computed=computed,
                    notes=(note,) if note else (),
                    status=consistency.as_status() if consistency is not None else None,
-                   problem=consistency.one_line(root.uri) if consistency is not None else "")
+                   problem=consistency.one_line(root.uri) if consistency is not None else "",
+                   adaptive_schedule=(adaptive.get("compute") or {}).get("schedule"))
 
 
 def _stored_config(root: RunRoot) -> Config | None:
