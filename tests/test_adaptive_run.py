@@ -79,6 +79,54 @@ def test_the_round_schedule_and_alpha_split_reach_the_settings_and_bad_values_ar
         _cfg(tmp_path, "suite.adaptive_alpha_split=cost")
 
 
+def test_group_targets_default_to_the_measured_schedule_and_a_root_keeps_the_one_it_was_sampled_with(tmp_path):
+    """`suite` and `groups` default to shards of 2 growing by a quarter up to 10 instances a round, alpha split by
+    length; `tasks` keeps constant rounds of 10 and the equal split; a value given is kept. A root sampled under
+    the old defaults (its config.yaml without the schedule keys) is refused with the overrides to pass, and
+    resumed when they are passed (docs/adaptive.md, "Defaults")."""
+    from omegaconf import OmegaConf
+
+    from longeval.config import to_yaml
+    from longeval.errors import ConfigError
+    from longeval.provenance import _check_same_config, older_default_root
+
+    base = ["suite=ruler", *(a for a in TINY if not a.startswith("suite.shard_size")), f"store.root={tmp_path}",
+            "run_name=r"]  # RULER sets no shard size of its own (quick, the default suite, does)
+    suite = load_config([*base, "suite.adaptive_target=suite"])
+    s = settings_for(suite)
+    assert (suite.suite.shard_size, s.round_size, s.round_growth, s.round_max, s.alpha_split) == (2, 2, 1.25, 10,
+                                                                                                "length")
+    s = settings_for(load_config([*base, "suite.adaptive_target=groups", "suite.shard_size=5"]))
+    assert (s.round_size, s.round_growth, s.round_max, s.alpha_split) == (5, 1.25, 10, "length")
+    tasks = load_config(base)
+    s = settings_for(tasks)
+    assert (tasks.suite.shard_size, s.round_growth, s.round_max, s.alpha_split) == (10, 1.0, 0, "equal")
+    given = settings_for(load_config([*base, "suite.adaptive_target=suite", "suite.adaptive_alpha_split=equal"]))
+    assert given.alpha_split == "equal" and given.round_growth == 1.25
+
+    old = OmegaConf.create(to_yaml(load_config([*base, "suite.adaptive_target=suite", "suite.shard_size=10"])))
+    for key in ("adaptive_growth", "adaptive_round_max", "adaptive_alpha_split"):
+        del old.suite[key]
+    root = RunRoot(suite.run_root)
+    root.write_text("config.yaml", OmegaConf.to_yaml(old))
+    with pytest.raises(ConfigError, match="sampled with suite.shard_size=10 suite.adaptive_growth=1.0 "
+                                          "suite.adaptive_round_max=0 suite.adaptive_alpha_split=equal; this run "
+                                          "would go on with suite.shard_size=2 suite.adaptive_growth=1.25"):
+        _check_same_config(suite, root)
+    _check_same_config(load_config([*base, "suite.adaptive_target=suite", "suite.shard_size=10",
+                                    "suite.adaptive_growth=1.0", "suite.adaptive_round_max=0",
+                                    "suite.adaptive_alpha_split=equal"]), root)
+    _check_same_config(load_config([*base, "suite.adaptive=false", "suite.shard_size=10", "suite.shuffle=true"]),
+                       root)  # completing it into the full sweep: no schedule to keep
+    # under the default run name (it hashes the shard size) the older root is found and named, not reused silently
+    unnamed = [a for a in base if not a.startswith("run_name")]
+    older = load_config([*unnamed, "suite.adaptive_target=suite", "suite.shard_size=10"])
+    RunRoot(older.run_root).write_text("config.yaml", OmegaConf.to_yaml(old))
+    now = load_config([*unnamed, "suite.adaptive_target=suite"])
+    assert now.run_root != older.run_root and older_default_root(now) == older.run_root
+    assert older_default_root(load_config([*unnamed, "suite.adaptive_target=suite", "suite.shard_size=3"])) is None
+
+
 def test_a_growing_schedule_takes_the_full_sweeps_next_shards_in_growing_rounds(tmp_path):
     """`suite.adaptive_growth=2`, shards of 1, at most 3 a round: an open cell at 2 instances gets 2 more shards,
     one at 4 gets 3 (the cap of a round), one at 0 a single shard; a decided cell none."""
@@ -245,13 +293,14 @@ def test_a_run_killed_mid_round_resumes_without_redoing_work_and_decides_the_sam
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("schedule", [(), ("suite.adaptive_growth=2", "suite.adaptive_round_max=4",
-                                           "suite.adaptive_alpha_split=length", "suite.adaptive_near_stop=true")],
-                         ids=["constant", "growing"])
+@pytest.mark.parametrize("schedule", [(), ("suite.adaptive_growth=1", "suite.adaptive_round_max=0",
+                                           "suite.adaptive_alpha_split=equal", "suite.adaptive_near_stop=true")],
+                         ids=["defaults", "constant"])
 def test_a_suite_target_run_decides_the_suites_effective_length_and_resumes(tmp_path, tiny_model_path, schedule):
     """`suite.adaptive_target=suite` on the tiny model (scores 0): every task gets the same shards per length
     (equal rounds), the suite's mean is decided below at both lengths by its own bound, and a rerun does no new
-    inference; the same with the round schedule, the length split and the near stop (docs/adaptive.md)."""
+    inference; with the defaults (growing rounds, the length split) and with constant rounds, the equal split and
+    the near stop (docs/adaptive.md). The outputs record the schedule used."""
     from longeval.adaptive_run import run_rounds
     from longeval.models import resolve_model_path
     from longeval.pipeline import run
