@@ -260,9 +260,10 @@ class Settings:
         """How the run sampled, for its outputs (`compute.schedule` in adaptive.json): the first round's instances
         per cell (a group's length: per member task), the growth, the largest round (0: no limit), the alpha split
         and the near stop. A reader of the results needs them to know at which draws the bounds were looked at and
-        what share of alpha each length's decision had."""
+        what share of alpha each length's decision had. `column_power`: the prior of a group's bettors
+        (`column_fractions`), which set how fast a group length decides."""
         return {"round_start": self.round_size, "growth": self.round_growth, "round_max": self.round_max,
-                "alpha_split": self.alpha_split, "near_stop": self.near_stop}
+                "alpha_split": self.alpha_split, "near_stop": self.near_stop, "column_power": COLUMN_POWER}
 
     def next_count(self, n: int, cap: int) -> int:
         """Draws a cell (or a group's length, in columns) at `n` draws has after its next round, never past `cap`
