@@ -8,7 +8,7 @@ Run from the repository root:
     .venv/bin/python benchmarks/adaptive.py --root runs/my-full-run
     .venv/bin/python benchmarks/adaptive.py --suite --replays 200 --task-replays 20   # suite targets (issue #25)
     .venv/bin/python benchmarks/adaptive.py --suite --targets suite --replays 200 --round 2 --growth 1.25 \
-        --round-max 10 --alpha-split length                        # the suite target's recommended schedule
+        --round-max 10 --alpha-split length                        # the suite target's defaults (since 2026-11-26)
 
 Each replay shuffles every (task, length) cell's instances, then runs the procedure of an adaptive run: a round of
 `--round` instances for every undecided cell (10: an adaptive run's default shard), decisions from the confidence

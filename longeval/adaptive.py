@@ -10,12 +10,14 @@ safe bet,
 
     K_t(m) = (1/D) sum_d prod_{i<=t} (1 + f_d (X_i - m_i) / m_i),   f_d = d / (D + 1),  d = 1..D,
 
-and the bettor on the other side does the same with (m_i - X_i) / (1 - m_i). m_i is what X_i's conditional
-mean would be if the mean were m: m itself for i.i.d. scores; for scores drawn in a uniformly random order
-without replacement from the N instances of a full sweep's cell (an adaptive run's shuffled cell), the mean the
-instances not yet drawn would need, (N m - X_1 - ... - X_{i-1}) / (N - i + 1) (Waudby-Smith & Ramdas,
-"Confidence sequences for sampling without replacement", NeurIPS 2020). If the mean is m or less, every term is
-a nonnegative supermartingale (the bets are >= 0 and E[X_i - m_i | past] <= 0), so by Ville's inequality
+and the bettor on the other side does the same with (m_i - X_i) / (1 - m_i). (A group's column averages use
+fractions packed towards the largest bet, `column_fractions`: their variance is about 1/k of one task's.)
+m_i is what X_i's conditional mean would be if the mean were m: m itself for i.i.d. scores; for scores drawn in
+a uniformly random order without replacement from the N instances of a full sweep's cell (an adaptive run's
+shuffled cell), the mean the instances not yet drawn would need, (N m - X_1 - ... - X_{i-1}) / (N - i + 1)
+(Waudby-Smith & Ramdas, "Confidence sequences for sampling without replacement", NeurIPS 2020). If the mean is
+m or less, every term is a nonnegative supermartingale (the bets are >= 0 and E[X_i - m_i | past] <= 0), so by
+Ville's inequality
 
     P(for some t: K_t(m) >= 1 / alpha) <= alpha   for every m at or above the mean,
 
@@ -64,6 +66,7 @@ __all__ = [
     "assess",
     "assess_group",
     "bound",
+    "column_fractions",
     "crossed",
     "side",
     "effective_length",
@@ -117,14 +120,17 @@ def null_means(x: np.ndarray, m: float, population: int | None) -> np.ndarray:
 
 
 def log_capital(scores: Sequence[float] | np.ndarray, m: float, *, side: int,
-                population: int | None = None) -> np.ndarray:
+                population: int | None = None, fractions: np.ndarray = _FRACTIONS) -> np.ndarray:
     """Log of the dKelly capital of betting that the mean is above (`side=UP`) or below (`DOWN`) the candidate
     `m` in (0, 1), after each observation; `scores` is (..., n), the result has the same shape.
 
     `population`: the scores are drawn in a uniformly random order without replacement from that many instances
     (an adaptive run's shuffled cell), and `m` is a candidate for their mean, the full sweep's score. The bettor
     then bets against the mean of the instances not yet drawn; a null that the draws have made impossible (the
-    rest would need a mean below 0 or above 1) has infinite capital from that draw on."""
+    rest would need a mean below 0 or above 1) has infinite capital from that draw on.
+
+    `fractions`: the constant bets the capital is spread over equally (the mixture's prior), fixed before any
+    draw; dKelly's uniform grid unless a group's column averages are bet on (`column_fractions`)."""
     x = _scores(scores)
     mt = null_means(x, m, population)
     impossible = np.zeros(x.shape, dtype=bool)
@@ -136,21 +142,22 @@ def log_capital(scores: Sequence[float] | np.ndarray, m: float, *, side: int,
     else:
         step = np.where(mt < 1, (mt - x) / np.where(mt < 1, 1 - mt, 1.0), 0.0)
     total = np.full(x.shape, -np.inf)
-    for fraction in _FRACTIONS:  # each bet keeps at least 1 - fraction of the wealth: no log 0
+    for fraction in fractions:  # each bet keeps at least 1 - fraction of the wealth: no log 0
         total = np.logaddexp(total, np.cumsum(np.log1p(fraction * step), axis=-1))
-    total = total - math.log(len(_FRACTIONS))
+    total = total - math.log(len(fractions))
     return np.where(np.logical_or.accumulate(impossible, axis=-1), np.inf, total)
 
 
 def crossed(scores: Sequence[float] | np.ndarray, m: float, *, alpha: float, side: int,
-            population: int | None = None) -> np.ndarray:
+            population: int | None = None, fractions: np.ndarray = _FRACTIONS) -> np.ndarray:
     """Whether the `side` bettor against `m` has reached 1 / alpha by each observation (once out, out for good):
     for UP, `m` is below the lower bound; for DOWN, above the upper bound."""
-    logk = log_capital(scores, m, side=side, population=population)
+    logk = log_capital(scores, m, side=side, population=population, fractions=fractions)
     return np.logical_or.accumulate(logk >= math.log(1 / alpha), axis=-1)
 
 
-def side(scores: Sequence[float] | np.ndarray, m: float, *, alpha: float, population: int | None = None) -> int:
+def side(scores: Sequence[float] | np.ndarray, m: float, *, alpha: float, population: int | None = None,
+         fractions: np.ndarray = _FRACTIONS) -> int:
     """+1 when the lower bound has passed `m`, -1 when the upper bound has, else 0.
 
     Both can pass (the bounds crossed, a rare and valid outcome): the one that passed first decides, as it
@@ -160,13 +167,14 @@ def side(scores: Sequence[float] | np.ndarray, m: float, *, alpha: float, popula
         return 0
     first = {}
     for s in (UP, DOWN):
-        hits = np.flatnonzero(crossed(x, m, alpha=alpha, side=s, population=population))
+        hits = np.flatnonzero(crossed(x, m, alpha=alpha, side=s, population=population, fractions=fractions))
         if hits.size:
             first[s] = hits[0]
     return min(first, key=first.get) if first else 0
 
 
-def bound(scores: Sequence[float] | np.ndarray, *, alpha: float, side: int, population: int | None = None) -> float:
+def bound(scores: Sequence[float] | np.ndarray, *, alpha: float, side: int, population: int | None = None,
+          fractions: np.ndarray = _FRACTIONS) -> float:
     """The lower (`side=UP`) or upper (`DOWN`) confidence bound after the last observation, rounded outward to
     1/1000: the edge of the candidates that bettor has ruled out (none: 0 or 1)."""
     x = _scores(scores)
@@ -176,7 +184,7 @@ def bound(scores: Sequence[float] | np.ndarray, *, alpha: float, side: int, popu
     inside, out = (1.0, 0.0) if side == UP else (0.0, 1.0)
     for _ in range(24):  # to 1e-7, well inside the reported step
         mid = (inside + out) / 2
-        if crossed(x, mid, alpha=alpha, side=side, population=population)[-1]:
+        if crossed(x, mid, alpha=alpha, side=side, population=population, fractions=fractions)[-1]:
             out = mid
         else:
             inside = mid
@@ -185,16 +193,20 @@ def bound(scores: Sequence[float] | np.ndarray, *, alpha: float, side: int, popu
     return min(1.0, math.ceil(inside / _STEP) * _STEP)
 
 
-def interval(scores: Sequence[float] | np.ndarray, *, alpha: float,
-             population: int | None = None) -> tuple[float, float]:
+def interval(scores: Sequence[float] | np.ndarray, *, alpha: float, population: int | None = None,
+             fractions: np.ndarray = _FRACTIONS) -> tuple[float, float]:
     """(lower bound, upper bound), each at 1 - alpha; (0, 1) when empty. Bounds that crossed (rare) give the
     last mean twice."""
-    low = bound(scores, alpha=alpha, side=UP, population=population)
-    high = bound(scores, alpha=alpha, side=DOWN, population=population)
+    low = bound(scores, alpha=alpha, side=UP, population=population, fractions=fractions)
+    high = bound(scores, alpha=alpha, side=DOWN, population=population, fractions=fractions)
     if low > high:
         mean = float(np.mean(scores))
         return mean, mean
     return low, high
+
+
+COLUMN_POWER = 8.0
+"""The power of `column_fractions` (benchmarks/README.md, "A prior for the column averages")."""
 
 
 @dataclass(frozen=True)
@@ -239,6 +251,10 @@ class Settings:
     draw: the long, dear lengths get the larger share and decide sooner, the short ones cost little more. Either
     way the shares sum to alpha, so the effective length keeps its guarantee."""
 
+    column_power: float = COLUMN_POWER
+    """The prior of a group's bettors (`column_fractions`): how fast a group length decides. 1 is the uniform grid
+    every group bet on before; a run root keeps the one it was sampled with (`suite.adaptive_column_power`), since
+    switching bettors mid-run would be two tests, not one."""
     near_stop: bool = False
     """Group targets only: stop sampling a length, undecided and flagged `near_threshold`, once its stratified
     bounds both lie within the full sweep's own noise band of the threshold (`noise_band`): the full sweep's
@@ -247,6 +263,15 @@ class Settings:
 
     def cap_for(self, length: int) -> int:
         return dict(self.length_caps).get(length, self.cap)
+
+    def schedule(self) -> dict[str, int | float | str | bool]:
+        """How the run sampled, for its outputs (`compute.schedule` in adaptive.json): the first round's instances
+        per cell (a group's length: per member task), the growth, the largest round (0: no limit), the alpha split
+        and the near stop. A reader of the results needs them to know at which draws the bounds were looked at and
+        what share of alpha each length's decision had. `column_power`: the prior of a group's bettors
+        (`column_fractions`), which set how fast a group length decides."""
+        return {"round_start": self.round_size, "growth": self.round_growth, "round_max": self.round_max,
+                "alpha_split": self.alpha_split, "near_stop": self.near_stop, "column_power": self.column_power}
 
     def next_count(self, n: int, cap: int) -> int:
         """Draws a cell (or a group's length, in columns) at `n` draws has after its next round, never past `cap`
@@ -466,6 +491,25 @@ def _decide(low: float, high: float, threshold: float) -> str:
 
 # -- Group targets: one confidence sequence for the stratified mean of a group's tasks ------------------------------
 
+def column_fractions(members: int, power: float = COLUMN_POWER) -> np.ndarray:
+    """dKelly's fractions for a group's column averages: 1 - (1 - d/31)^p, d = 1..30, p = `power` for a group of
+    two or more tasks (the uniform grid for one), at most 0.999.
+
+    Why: the growth-optimal bet against the threshold m for a stream of variance s^2 and mean mu is about
+    (mu - m) / s^2, and a column average of k tasks has about 1/k of a single task's variance, so for a group its
+    optimal fraction of the largest safe bet sits near 1 unless mu is within a point of the threshold; the
+    uniform grid, right for one task's 0/1 scores (a uniform prior over the alternative mean), then spends most
+    of its wealth on bets too small. Any fixed mixture of constant bets in [0, 1) keeps the capital a nonnegative
+    supermartingale under the null, so the prior changes only speed, never validity."""
+    if members < 2:
+        return _FRACTIONS
+    return np.minimum(1 - (1 - _FRACTIONS) ** power, 0.999)
+
+
+def _members(members: Sequence[Sequence[float] | np.ndarray]) -> int:
+    return members.shape[-2] if isinstance(members, np.ndarray) else len(members)
+
+
 def stratified_columns(members: Sequence[Sequence[float] | np.ndarray]) -> np.ndarray:
     """The column averages z_j = (1/k) sum_t x_{t,j} of k member tasks' j-th draws, j up to the fewest draws any
     member has (later draws of the others wait for theirs). Accepts (..., k, n) arrays as well (replays)."""
@@ -481,7 +525,8 @@ def stratified_side(members: Sequence[Sequence[float] | np.ndarray], m: float, *
                     population: int | None = None) -> int:
     """`side` for the stratified mean (1/k) sum_t mu_t of k member tasks, each drawn in its own uniformly random
     order without replacement from `population` instances, bet on the column averages (`stratified_bound`)."""
-    return side(stratified_columns(members), m, alpha=alpha, population=population)
+    return side(stratified_columns(members), m, alpha=alpha, population=population,
+                fractions=column_fractions(_members(members)))
 
 
 def stratified_bound(members: Sequence[Sequence[float] | np.ndarray], *, alpha: float, side: int,
@@ -501,7 +546,8 @@ def stratified_bound(members: Sequence[Sequence[float] | np.ndarray], *, alpha: 
     bounds at alpha / k. Needs equal populations and uses equal draw counts; the general case (unequal strata or
     allocations) is a union-intersection test over the strata means (Spertus & Stark, "Sweeter than SUITE",
     E-Vote-ID 2022), not needed here."""
-    return bound(stratified_columns(members), alpha=alpha, side=side, population=population)
+    return bound(stratified_columns(members), alpha=alpha, side=side, population=population,
+                 fractions=column_fractions(_members(members)))
 
 
 def stratified_interval(members: Sequence[Sequence[float] | np.ndarray], *, alpha: float,
@@ -510,7 +556,7 @@ def stratified_interval(members: Sequence[Sequence[float] | np.ndarray], *, alph
     z = stratified_columns(members)
     if population is not None and len(z) == population:
         return float(z.mean()), float(z.mean())
-    return interval(z, alpha=alpha, population=population)
+    return interval(z, alpha=alpha, population=population, fractions=column_fractions(_members(members)))
 
 
 @dataclass(frozen=True)
@@ -546,6 +592,7 @@ def assess_group(cells: Mapping[tuple[str, int], Sequence[float]], tasks: Collec
     tasks = sorted(tasks)
     lengths = sorted({n for t, n in cells if t in tasks})
     alphas = settings.length_alphas(lengths)
+    fractions = column_fractions(len(tasks), settings.column_power)
     base = []
     for length in lengths:
         alpha = alphas[length]
@@ -560,15 +607,15 @@ def assess_group(cells: Mapping[tuple[str, int], Sequence[float]], tasks: Collec
                 low = high = mean
                 decision = ABOVE if mean > settings.threshold else BELOW
             else:
-                low, high = (interval(z, alpha=alpha, population=population) if settings.intervals
-                             else (math.nan, math.nan))
+                low, high = (interval(z, alpha=alpha, population=population, fractions=fractions)
+                             if settings.intervals else (math.nan, math.nan))
                 decision = {1: ABOVE, -1: BELOW, 0: UNDECIDED}[side(z, settings.threshold, alpha=alpha,
-                                                                    population=population)]
+                                                                    population=population, fractions=fractions)]
         trimmed = [m[:len(z)] for m in members]
         near = decision in (ABOVE, BELOW) and near_threshold(trimmed, settings.cap_for(length), settings)
         if decision == UNDECIDED and settings.near_stop and len(z) > 1:
             near = _inside_noise(z, trimmed, alpha=alpha, population=population, full=settings.cap_for(length),
-                                 settings=settings)
+                                 settings=settings, fractions=fractions)
         base.append((length, len(z), mean, low, high, decision, near))
     longest_above = max((b[0] for b in base if b[5] == ABOVE), default=0)
     states = [GroupState(length=length, n=n, mean=mean, low=low, high=high, decision=decision,
@@ -582,14 +629,14 @@ def assess_group(cells: Mapping[tuple[str, int], Sequence[float]], tasks: Collec
 
 
 def _inside_noise(z: np.ndarray, members: Sequence[np.ndarray], *, alpha: float, population: int | None, full: int,
-                  settings: Settings) -> bool:
+                  settings: Settings, fractions: np.ndarray = _FRACTIONS) -> bool:
     """Whether both stratified bounds lie within the full sweep's noise band of the threshold (`near_stop`): the
     lower bound has passed threshold - band and the upper bound threshold + band."""
     band = noise_band(members, full, settings)
     low_edge, high_edge = settings.threshold - band, settings.threshold + band
     return bool(band > 0 and low_edge > 0 and high_edge < 1
-                and crossed(z, low_edge, alpha=alpha, side=UP, population=population)[-1]
-                and crossed(z, high_edge, alpha=alpha, side=DOWN, population=population)[-1])
+                and crossed(z, low_edge, alpha=alpha, side=UP, population=population, fractions=fractions)[-1]
+                and crossed(z, high_edge, alpha=alpha, side=DOWN, population=population, fractions=fractions)[-1])
 
 
 def next_group_round(cells: Mapping[tuple[str, int], Sequence[float]], groups: Mapping[str, Collection[str]],

@@ -70,7 +70,8 @@ def settings_for(cfg: Config) -> Settings:
                     length_caps=tuple((n, c) for n, c in sorted(caps.items()) if c != suite.samples),
                     without_replacement=bool(suite.shuffle), round_growth=suite.adaptive_growth,
                     round_max=suite.shard_size * suite.adaptive_round_max,
-                    alpha_split=suite.adaptive_alpha_split, near_stop=suite.adaptive_near_stop)
+                    alpha_split=suite.adaptive_alpha_split, near_stop=suite.adaptive_near_stop,
+                    column_power=suite.adaptive_column_power)
 
 
 def read_cells(root: RunRoot, scores: pa.Table | None = None, *, plan: Plan | None = None
@@ -299,7 +300,8 @@ def adaptive_tables(cfg: Config, root: RunRoot, scores: pa.Table | None = None) 
                "token_share": spent / full_est if full_est else None,
                "cells": len(rows), "decided_early": sum(r["decided_early"] for r in rows),
                "confidence": cfg.suite.adaptive_confidence, "round_instances": settings.round_size,
-               "target": cfg.suite.adaptive_target}
+               "target": cfg.suite.adaptive_target,
+               "schedule": {**settings.schedule(), "shard_size": cfg.suite.shard_size}}
     if hours is not None:
         # A cell with no instance yet has no per-instance estimate: it counts 0 both ways.
         spent_h = sum(r["gpu_hours"] or 0.0 for r in rows)

@@ -24,6 +24,7 @@ import yaml
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ConfigTypeError, OmegaConfBaseException, ValidationError
 
+from longeval.adaptive import COLUMN_POWER
 from longeval.errors import ConfigError
 from longeval.redaction import PUBLIC_ENV, Redactor, is_secret_name
 from longeval.scoring.deadline import import_plugins
@@ -176,6 +177,18 @@ ADAPTIVE_SHARD_SIZE = 10
 """An adaptive run's default round: one shard of 10 per open cell (benchmarks/README.md, `adaptive.py`)."""
 ADAPTIVE_TARGETS = ("tasks", "groups", "suite")
 ADAPTIVE_ALPHA_SPLITS = ("equal", "length")
+GROUP_SHARD_SIZE = 2
+"""A group target's (`suite.adaptive_target=suite|groups`) default shard, the first round per member task: a length
+far from the threshold decides on its pooled mean after 2 to 6 columns (benchmarks/README.md, "Round schedule")."""
+GROUP_GROWTH = 1.25
+GROUP_ROUND_MAX = 10
+"""A group target's default round schedule: grow by a quarter, at most this many instances per member and round
+(`suite.adaptive_round_max` is in shards: this divided by the shard size)."""
+GROUP_ALPHA_SPLIT = "length"
+SCHEDULE_BEFORE = {"adaptive_growth": 1.0, "adaptive_round_max": 0, "adaptive_alpha_split": "equal",
+                   "adaptive_column_power": 1.0}
+"""The schedule settings' values for every target before the group targets' defaults (and for `tasks` now): what a
+run root whose config.yaml lacks them was sampled with."""
 
 
 @dataclass
@@ -188,8 +201,9 @@ class SuiteConfig:
     seed: int = 42
     shard_size: int | None = None
     """Instances per shard: the unit of parallel generation, of resume and of an adaptive round. Unset: 25, or
-    `ADAPTIVE_SHARD_SIZE` in an adaptive run (small rounds stop a cell nearer to where its bounds decide, which
-    matters most at the long, costly lengths: benchmarks/README.md)."""
+    `ADAPTIVE_SHARD_SIZE` in an adaptive run, `GROUP_SHARD_SIZE` with `adaptive_target=suite|groups` (small rounds
+    stop a cell nearer to where its bounds decide, which matters most at the long, costly lengths:
+    benchmarks/README.md)."""
     effective_threshold: float = 85.6
     adaptive: bool = False
     """Run in rounds and stop sampling a (task, length) cell once its anytime-valid interval lies wholly above or
@@ -201,20 +215,30 @@ class SuiteConfig:
     adaptive_round: int = 1
     """Shards (of `shard_size` instances) each undecided cell gets per adaptive round: the first round, and the
     unit of later ones."""
-    adaptive_growth: float = 1.0
+    adaptive_growth: float | None = None
     """Round schedule: a cell (a group's length) at n instances gets the largest whole number of rounds not above
     (adaptive_growth - 1) * n next, at least one (`longeval.adaptive.Settings.round_growth`). 1.0: constant
     rounds. With small shards (`shard_size=2`) and 1.25, rounds start small and grow for the lengths that stay
-    open (docs/adaptive.md, "Round schedule")."""
-    adaptive_round_max: int = 0
-    """Most shards one cell gets in a round of the schedule (0: no limit)."""
+    open (docs/adaptive.md, "Round schedule"). Unset: 1.25 (`GROUP_GROWTH`) for `adaptive_target=suite|groups`,
+    where it was measured to help, 1.0 for `tasks`."""
+    adaptive_round_max: int | None = None
+    """Most shards one cell gets in a round of the schedule (0: no limit). Unset: `GROUP_ROUND_MAX` instances'
+    worth (at least one shard) for `adaptive_target=suite|groups`, 0 for `tasks`."""
     adaptive_near_stop: bool = False
     """Group targets (`groups`, `suite`): stop a length, undecided and flagged near the threshold, once its bounds
     lie within the full sweep's own noise band of the threshold, instead of sampling it to its cap
     (docs/adaptive.md). Off: such a length is decided by these instances and flagged."""
-    adaptive_alpha_split: str = "equal"
+    adaptive_alpha_split: str | None = None
     """How `1 - adaptive_confidence` is split over a task's (a group's) lengths: `equal` shares, or `length`, in
-    proportion to the length, so the dear long lengths decide sooner (docs/adaptive.md)."""
+    proportion to the length, so the dear long lengths decide sooner (docs/adaptive.md). Unset: `length` for
+    `adaptive_target=suite|groups`, `equal` for `tasks`. A run root keeps the split (and schedule) it was sampled
+    with: a rerun that would change them is refused (`longeval.provenance`)."""
+    adaptive_column_power: float | None = None
+    """The prior of a group's bettors (`longeval.adaptive.column_fractions`): 1 is the uniform grid, higher packs
+    the bets towards the largest (a column average of k tasks has about 1/k of one task's variance). Unset:
+    `adaptive.COLUMN_POWER` (8, benchmarks/README.md, "A prior for the column averages") for
+    `adaptive_target=suite|groups`, 1 for `tasks`; a run root keeps the one it was sampled with, and one from
+    before this setting bet on the uniform grid (1)."""
     adaptive_target: str = "tasks"
     """What an adaptive run samples until decided (docs/adaptive.md): `tasks`, every (task, length) cell (each
     task's effective length); `groups`, each skill group's and the suite's effective length on the group's mean;
@@ -693,12 +717,32 @@ def validate(raw: DictConfig | dict, *, preset_scopes: frozenset[str] = frozense
         key = getattr(exc, "full_key", None) or ""
         first = str(exc).splitlines()[0]
         raise ConfigError(_explain_type(exc) or f"config error at {key!r}: {first}") from exc
-    if cfg.suite.shard_size is None:
-        cfg.suite.shard_size = ADAPTIVE_SHARD_SIZE if cfg.suite.adaptive else SHARD_SIZE
-    if cfg.suite.shuffle is None:
-        cfg.suite.shuffle = cfg.suite.adaptive
+    _resolve_defaults(cfg.suite)
     _check(cfg, preset_scopes)
     return cfg
+
+
+def _resolve_defaults(suite: SuiteConfig) -> None:
+    """Fill the settings left unset with their defaults, which depend on the run: adaptive or not, and the target.
+
+    Why per target: the round schedule and the alpha split by length (benchmarks/README.md, "Round schedule and
+    alpha split") cut a group target's tokens (11.3 -> 10.1 % on the replay curves) with the same decisions; for
+    `tasks` they were not measured, so it keeps constant rounds of 10 and the equal split. The resolved values
+    are what config.yaml records, so a run root is resumed with the settings it was sampled with."""
+    group = suite.adaptive and suite.adaptive_target in ("suite", "groups")
+    if suite.shard_size is None:
+        suite.shard_size = GROUP_SHARD_SIZE if group else ADAPTIVE_SHARD_SIZE if suite.adaptive else SHARD_SIZE
+    if suite.shuffle is None:
+        suite.shuffle = suite.adaptive
+    if suite.adaptive_growth is None:
+        suite.adaptive_growth = GROUP_GROWTH if group else SCHEDULE_BEFORE["adaptive_growth"]
+    if suite.adaptive_round_max is None:
+        suite.adaptive_round_max = (max(1, GROUP_ROUND_MAX // max(1, suite.shard_size)) if group
+                                    else SCHEDULE_BEFORE["adaptive_round_max"])
+    if suite.adaptive_column_power is None:
+        suite.adaptive_column_power = COLUMN_POWER if group else SCHEDULE_BEFORE["adaptive_column_power"]
+    if suite.adaptive_alpha_split is None:
+        suite.adaptive_alpha_split = GROUP_ALPHA_SPLIT if group else SCHEDULE_BEFORE["adaptive_alpha_split"]
 
 
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=+-]*")

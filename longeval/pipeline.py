@@ -17,7 +17,7 @@ from longeval.errors import ConfigError, DamagedShardError
 from longeval.followup import write_followups
 from longeval.models import resolve_model_path
 from longeval.plan import Plan, make_plan
-from longeval.provenance import _check_same_config, write_provenance
+from longeval.provenance import _check_same_config, older_default_root, write_provenance
 from longeval.redaction import redacted_logs
 from longeval.runtime import check_shared_storage, init_ray
 from longeval.runtime import unwrap_ray_errors as _unwrap_ray_errors
@@ -54,6 +54,13 @@ def _run(cfg: Config, stages: list[str], root: RunRoot, progress) -> RunResult:
     adopted = root.adopt_legacy()  # a run root from before commit records: keep its finished work
     if adopted:
         log.warning("run root %s predates commit records: adopted its %d finished shards", root.uri, adopted)
+    older = older_default_root(cfg)
+    if older:
+        log.warning("run root %s holds this adaptive run sampled under the earlier defaults (shards of 10, constant "
+                    "rounds, equal alpha split); this run starts %s with suite.adaptive_target=%s's defaults. To "
+                    "resume the older root instead: run_name=%s suite.shard_size=10 suite.adaptive_growth=1.0 "
+                    "suite.adaptive_round_max=0 suite.adaptive_alpha_split=equal (docs/adaptive.md)", older,
+                    root.uri, cfg.suite.adaptive_target, older.rstrip("/").rsplit("/", 1)[-1])
     _check_same_config(cfg, root)
     if "generate" in stages:
         preflight(cfg, plan, model_path)

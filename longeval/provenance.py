@@ -10,7 +10,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from longeval import __version__
-from longeval.config import Config, to_yaml
+from longeval.config import ADAPTIVE_SHARD_SIZE, GROUP_SHARD_SIZE, SCHEDULE_BEFORE, Config, to_yaml
 from longeval.errors import ConfigError
 from longeval.plan import make_plan
 from longeval.store import RunRoot
@@ -95,6 +95,7 @@ def _check_same_config(cfg: Config, root: RunRoot) -> None:
                 f"run root {root.uri} was made with {key}={was!r}, not {now!r}; use another run_name=... "
                 "or store.root=..., or delete that run root to start over"
             )
+    _check_same_schedule(cfg, old, root)
     _check_same_ranges(cfg, old, root)
     versions = root.json_if_exists("versions.json")
     if versions is not None:
@@ -104,6 +105,45 @@ def _check_same_config(cfg: Config, root: RunRoot) -> None:
                 f"the data files behind run root {root.uri} changed since it was made (essay corpus or QA files); "
                 "use another run_name=... to evaluate the new data, or delete that run root"
             )
+
+
+def older_default_root(cfg: Config) -> str | None:
+    """The run root this config named before a group target's defaults (shards of 10), when it exists and this
+    run's own does not: the default run name hashes the shard size, so rerunning an older command would start a
+    new root beside it instead of resuming it. The caller warns (`pipeline`); None otherwise."""
+    import dataclasses
+
+    suite = cfg.suite
+    if (cfg.run_name is not None or not suite.adaptive or suite.adaptive_target == "tasks"
+            or suite.shard_size != GROUP_SHARD_SIZE):
+        return None
+    before = dataclasses.replace(cfg, suite=dataclasses.replace(suite, shard_size=ADAPTIVE_SHARD_SIZE))
+    if RunRoot(cfg.run_root).exists("config.yaml") or not RunRoot(before.run_root).exists("config.yaml"):
+        return None
+    return before.run_root
+
+
+def _check_same_schedule(cfg: Config, old, root: RunRoot) -> None:
+    """Refuse to go on sampling an adaptive root with another round schedule or alpha split than it was sampled
+    with. Why: the split shares alpha over the lengths before any draw; choosing it again after seeing scores
+    would void the guarantee, and a changed schedule would silently change the plan the root's numbers describe.
+    The defaults differ per target (config.SCHEDULE_BEFORE for roots whose config.yaml lacks the keys), so this
+    also keeps a root made under older defaults from taking the new ones."""
+    if not (cfg.suite.adaptive and OmegaConf.select(old, "suite.adaptive", default=False)):
+        return
+    was = {k: OmegaConf.select(old, f"suite.{k}", default=None) for k in ("shard_size", *SCHEDULE_BEFORE)}
+    was = {k: SCHEDULE_BEFORE.get(k) if v is None else v for k, v in was.items()}
+    if was["shard_size"] is None:  # a root without one: `_check_same_ranges` has nothing to compare either
+        del was["shard_size"]
+    now = {k: getattr(cfg.suite, k) for k in was}
+    if was != now:  # shard_size too: with its default per target, one message names every setting to pass again
+        def overrides(values: dict) -> str:
+            return " ".join(f"suite.{k}={v}" for k, v in values.items())
+
+        raise ConfigError(
+            f"run root {root.uri} was sampled with {overrides(was)}; this run would go on with {overrides(now)} "
+            f"(the defaults differ per suite.adaptive_target, docs/adaptive.md). Pass the root's settings again "
+            f"({overrides(was)}), or use another run_name=... to sample anew")
 
 
 def _check_same_ranges(cfg: Config, old, root: RunRoot) -> None:

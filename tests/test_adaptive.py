@@ -285,6 +285,20 @@ def test_the_stratified_bound_holds_for_the_group_mean_when_checked_after_every_
         assert crossed(z, mean, alpha=ALPHA, side=s, population=population.shape[1])[:, -1].mean() <= ALPHA
 
 
+def test_a_groups_columns_bet_near_the_largest_bet_and_decide_a_far_length_sooner():
+    """`column_fractions`: one task keeps dKelly's even grid; a group's fractions are packed towards the largest
+    bet (all in (0, 1)), so two columns of zeros rule out the threshold at alpha = 0.05 / 2 (the even grid needs
+    three), the 128K length of a suite far below it (benchmarks/README.md, "A prior for the column averages")."""
+    from longeval.adaptive import _FRACTIONS, column_fractions
+
+    assert np.array_equal(column_fractions(1), _FRACTIONS)
+    packed = column_fractions(13)
+    assert np.all((packed > 0) & (packed < 1)) and np.median(packed) > 0.99 > np.median(_FRACTIONS)
+    zeros = np.zeros(2)
+    assert crossed(zeros, 0.856, alpha=0.025, side=DOWN, fractions=packed)[-1]
+    assert not crossed(zeros, 0.856, alpha=0.025, side=DOWN)[-1]
+
+
 def test_a_group_decision_with_its_mean_on_the_threshold_is_rare():
     """Members 40 points apart whose mean sits on the threshold: each wrong decision in at most alpha of the
     runs, and the per-task spread does not make the group's bound wander (it is not in the column averages)."""
@@ -372,7 +386,9 @@ def test_a_task_in_two_groups_gets_the_larger_round_and_groups_use_the_fewest_dr
     """`groups`: a task in its skill group and in `all` is brought to what either group needs; `all` counts its
     columns up to the fewest draws any member has, so the extra draws wait (and the bound stays valid)."""
     settings = Settings(threshold=0.856, alpha=ALPHA, round_size=10, cap=100)
-    cells = {("t/a", 1): np.ones(20), ("t/b", 1): np.ones(20), ("t/c", 1): np.r_[np.ones(5), np.zeros(5)]}
+    # ab's mean (0.95) is still open after 20 columns (two of them 0.5); all-ones would decide it there
+    cells = {("t/a", 1): np.ones(20), ("t/b", 1): np.tile(np.r_[np.ones(9), 0.0], 2),
+             ("t/c", 1): np.r_[np.ones(5), np.zeros(5)]}
     want = next_group_round(cells, {"ab": ["t/a", "t/b"], "all": ["t/a", "t/b", "t/c"]}, settings)
     assert want[("t/c", 1)] == 10  # all: 10 columns so far, brought to 20
     assert want[("t/a", 1)] == want[("t/b", 1)] == 10  # ab: 20 columns, brought to 30 (all asks for none)

@@ -79,6 +79,56 @@ def test_the_round_schedule_and_alpha_split_reach_the_settings_and_bad_values_ar
         _cfg(tmp_path, "suite.adaptive_alpha_split=cost")
 
 
+def test_group_targets_default_to_the_measured_schedule_and_a_root_keeps_the_one_it_was_sampled_with(tmp_path):
+    """`suite` and `groups` default to shards of 2 growing by a quarter up to 10 instances a round, alpha split by
+    length; `tasks` keeps constant rounds of 10 and the equal split; a value given is kept. A root sampled under
+    the old defaults (its config.yaml without the schedule keys) is refused with the overrides to pass, and
+    resumed when they are passed (docs/adaptive.md, "Defaults")."""
+    from omegaconf import OmegaConf
+
+    from longeval.config import to_yaml
+    from longeval.errors import ConfigError
+    from longeval.provenance import _check_same_config, older_default_root
+
+    base = ["suite=ruler", *(a for a in TINY if not a.startswith("suite.shard_size")), f"store.root={tmp_path}",
+            "run_name=r"]  # RULER sets no shard size of its own (quick, the default suite, does)
+    suite = load_config([*base, "suite.adaptive_target=suite"])
+    s = settings_for(suite)
+    assert (suite.suite.shard_size, s.round_size, s.round_growth, s.round_max, s.alpha_split, s.column_power) == (
+        2, 2, 1.25, 10, "length", 8.0)
+    s = settings_for(load_config([*base, "suite.adaptive_target=groups", "suite.shard_size=5"]))
+    assert (s.round_size, s.round_growth, s.round_max, s.alpha_split) == (5, 1.25, 10, "length")
+    tasks = load_config(base)
+    s = settings_for(tasks)
+    assert (tasks.suite.shard_size, s.round_growth, s.round_max, s.alpha_split, s.column_power) == (10, 1.0, 0,
+                                                                                                    "equal", 1.0)
+    given = settings_for(load_config([*base, "suite.adaptive_target=suite", "suite.adaptive_alpha_split=equal"]))
+    assert given.alpha_split == "equal" and given.round_growth == 1.25
+
+    old = OmegaConf.create(to_yaml(load_config([*base, "suite.adaptive_target=suite", "suite.shard_size=10"])))
+    for key in ("adaptive_growth", "adaptive_round_max", "adaptive_alpha_split", "adaptive_column_power"):
+        del old.suite[key]
+    root = RunRoot(suite.run_root)
+    root.write_text("config.yaml", OmegaConf.to_yaml(old))
+    with pytest.raises(ConfigError, match="sampled with suite.shard_size=10 suite.adaptive_growth=1.0 "
+                                          "suite.adaptive_round_max=0 suite.adaptive_alpha_split=equal "
+                                          "suite.adaptive_column_power=1.0; this run would go on with "
+                                          "suite.shard_size=2 suite.adaptive_growth=1.25"):
+        _check_same_config(suite, root)
+    _check_same_config(load_config([*base, "suite.adaptive_target=suite", "suite.shard_size=10",
+                                    "suite.adaptive_growth=1.0", "suite.adaptive_round_max=0",
+                                    "suite.adaptive_alpha_split=equal", "suite.adaptive_column_power=1"]), root)
+    _check_same_config(load_config([*base, "suite.adaptive=false", "suite.shard_size=10", "suite.shuffle=true"]),
+                       root)  # completing it into the full sweep: no schedule to keep
+    # under the default run name (it hashes the shard size) the older root is found and named, not reused silently
+    unnamed = [a for a in base if not a.startswith("run_name")]
+    older = load_config([*unnamed, "suite.adaptive_target=suite", "suite.shard_size=10"])
+    RunRoot(older.run_root).write_text("config.yaml", OmegaConf.to_yaml(old))
+    now = load_config([*unnamed, "suite.adaptive_target=suite"])
+    assert now.run_root != older.run_root and older_default_root(now) == older.run_root
+    assert older_default_root(load_config([*unnamed, "suite.adaptive_target=suite", "suite.shard_size=3"])) is None
+
+
 def test_a_growing_schedule_takes_the_full_sweeps_next_shards_in_growing_rounds(tmp_path):
     """`suite.adaptive_growth=2`, shards of 1, at most 3 a round: an open cell at 2 instances gets 2 more shards,
     one at 4 gets 3 (the cap of a round), one at 0 a single shard; a decided cell none."""
@@ -169,7 +219,9 @@ def test_terminal_view_shows_decisions_intervals_and_compute():
          "effective_length_high": 4096, "decided": True, "near_threshold": False, "noise_low": 4096,
          "noise_high": 4096, "bound": "group mean"}], schema=LENGTH_SCHEMA)
     compute = {"instances": 550, "full_instances": 1000, "tokens": 2000, "full_tokens_est": 40000,
-               "token_share": 0.05, "cells": 2, "decided_early": 1, "confidence": 0.95}
+               "token_share": 0.05, "cells": 2, "decided_early": 1, "confidence": 0.95,
+               "schedule": {"round_start": 2, "growth": 1.25, "round_max": 10, "alpha_split": "length",
+                            "near_stop": False, "shard_size": 2}}
     from longeval.adaptive_run import GROUP_SCHEMA
 
     group = {"group": "all", "members": 2, "near_threshold": False, "bound": "group mean"}
@@ -200,6 +252,8 @@ def test_terminal_view_shows_decisions_intervals_and_compute():
     assert "above 500~" in text and "group all: 4K [group mean]" in " ".join(text.split())
     assert "ruler/vt: undecided near the threshold: a full sweep could give none to 4K (these instances give " \
         "4K)" in text
+    assert "sampled: rounds of 2 growing by 25 % up to 10 instances per cell (shards of 2); α split over the " \
+        "lengths in proportion to the length; near stop off" in " ".join(text.split())
 
 
 @pytest.mark.engine
@@ -241,13 +295,14 @@ def test_a_run_killed_mid_round_resumes_without_redoing_work_and_decides_the_sam
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("schedule", [(), ("suite.adaptive_growth=2", "suite.adaptive_round_max=4",
-                                           "suite.adaptive_alpha_split=length", "suite.adaptive_near_stop=true")],
-                         ids=["constant", "growing"])
+@pytest.mark.parametrize("schedule", [(), ("suite.adaptive_growth=1", "suite.adaptive_round_max=0",
+                                           "suite.adaptive_alpha_split=equal", "suite.adaptive_near_stop=true")],
+                         ids=["defaults", "constant"])
 def test_a_suite_target_run_decides_the_suites_effective_length_and_resumes(tmp_path, tiny_model_path, schedule):
     """`suite.adaptive_target=suite` on the tiny model (scores 0): every task gets the same shards per length
     (equal rounds), the suite's mean is decided below at both lengths by its own bound, and a rerun does no new
-    inference; the same with the round schedule, the length split and the near stop (docs/adaptive.md)."""
+    inference; with the defaults (growing rounds, the length split) and with constant rounds, the equal split and
+    the near stop (docs/adaptive.md). The outputs record the schedule used."""
     from longeval.adaptive_run import run_rounds
     from longeval.models import resolve_model_path
     from longeval.pipeline import run
@@ -263,6 +318,10 @@ def test_a_suite_target_run_decides_the_suites_effective_length_and_resumes(tmp_
     suite = lengths[("group", "all")]
     assert suite["decided"] and suite["effective_length"] is None and suite["bound"] == "group mean"
     assert lengths[("task", "ruler/vt")]["bound"] == "cells" and result.adaptive["compute"]["target"] == "suite"
+    # how it sampled, in the outputs: the schedule the run used (docs/adaptive.md, "Outputs")
+    schedule = {**settings_for(cfg).schedule(), "shard_size": 1}
+    assert result.adaptive["compute"]["schedule"] == schedule
+    assert json.loads((Path(cfg.run_root) / "adaptive.json").read_text())["compute"]["schedule"] == schedule
     rows = [g for g in result.adaptive["adaptive_groups"].to_pylist() if g["group"] == "all"]
     assert [g["decision"] for g in rows] == ["below", "below"] and all(g["ci_high"] < 85.6 for g in rows)
     assert RunRoot(cfg.run_root).exists("summary/adaptive_groups.csv")

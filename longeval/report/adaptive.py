@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pyarrow as pa
 from rich.console import Group
 from rich.table import Table
@@ -9,7 +12,7 @@ from rich.text import Text
 
 from longeval.report.table import format_length
 
-__all__ = ["effective_length_text", "render_adaptive"]
+__all__ = ["effective_length_text", "render_adaptive", "schedule_text"]
 
 _MARK = {"above": "[green]above[/]", "below": "[red]below[/]", "undecided": "[yellow]open[/]",
          "presumed_below": "[magenta]below?[/]"}
@@ -50,7 +53,24 @@ def render_adaptive(cells: pa.Table, lengths: pa.Table, compute: dict, groups: p
             f"{format_length(g['target_length'])} "
             + ("–" if g["score"] is None else f"{g['score']:.1f} [{g['ci_low']:.1f}, {g['ci_high']:.1f}]")
             + f" {g['decision']}" + ("~" if g["near_threshold"] else "") for g in rows_of)))
-    return Group(*parts, Text("compute: " + spent))
+    sampled = schedule_text(compute.get("schedule"))
+    return Group(*parts, Text("compute: " + spent), *([Text("sampled: " + sampled)] if sampled else []))
+
+
+def schedule_text(schedule: Mapping[str, Any] | None) -> str:
+    """`compute.schedule` (adaptive.json) in words: how the run sampled, so a reader of its numbers knows at which
+    draws the bounds were looked at and how alpha was split. "" for a root written before it was recorded."""
+    if not schedule:
+        return ""
+    start, growth, most = schedule["round_start"], schedule["growth"], schedule["round_max"]
+    rounds = (f"rounds of {start} growing by {100 * (growth - 1):g} % up to {max(start, most)}" if growth > 1 and most
+              else f"rounds of {start} growing by {100 * (growth - 1):g} % without limit" if growth > 1
+              else f"constant rounds of {start}")
+    split = "over the lengths in proportion to the length" if schedule["alpha_split"] == "length" \
+        else "equally over the lengths"
+    shards = f" (shards of {schedule['shard_size']})" if schedule.get("shard_size") else ""
+    return (f"{rounds} instances per cell{shards}; α split {split}; near stop "
+            f"{'on' if schedule['near_stop'] else 'off'}")
 
 
 def _on_mean(groups: pa.Table | None) -> dict[str, list[dict]]:

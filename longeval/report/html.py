@@ -30,7 +30,7 @@ from longeval import __version__
 from longeval.compare import OVERALL, Comparison, compare_scores
 from longeval.errors import ConfigError, LongevalError, OutputError
 from longeval.report import plots
-from longeval.report.adaptive import effective_length_text
+from longeval.report.adaptive import effective_length_text, schedule_text
 from longeval.report.runs import (
     INSTANCE_ROW_COLUMNS,
     RunData,
@@ -548,9 +548,11 @@ def adaptive_section(runs: Sequence[RunData]) -> Section | None:
                              Cell(effective_length_text(r), cls="num"),
                              Cell(f"{_length(low) if low else 'none'} – {_length(high) if high else 'none'}",
                                   cls="num")]))
+    sampled = "".join(f" {run.label} sampled in {schedule_text(run.adaptive_schedule)}." for run in runs
+                      if run.adaptive_schedule)
     return Section("adaptive", "Adaptive runs", intro=(
         "Cells stop once their anytime-valid 95 % interval clears the effective-length threshold "
-        "(docs/adaptive.md)."), blocks=_blocks(
+        "(docs/adaptive.md)." + sampled), blocks=_blocks(
         figure_block("adaptive-samples", plots.adaptive_samples(cells),
                      alt="Adaptive runs: instances spent per task and length as a share of the cap, per run",
                      caption="Shade: instances spent (% of the cap); ✓ above, ✗ below, ✗? presumed below by the "

@@ -71,6 +71,9 @@ class RunData:
     root: RunRoot | None = field(default=None, repr=False, compare=False)
     """The root it was read through: the report's later reads of the run go through it, so what it listed and
     read is not asked of the store again."""
+    adaptive_schedule: dict[str, Any] | None = None
+    """An adaptive run's round schedule and alpha split (`compute.schedule` of its adaptive.json), None when the
+    run is not adaptive or was written before they were recorded."""
 
     @property
     def incomplete(self) -> bool:
@@ -149,12 +152,14 @@ def load_run(target: RunRoot | str, *, summarise: Callable[[RunRoot], Any] | Non
     versions = root.json_if_exists("versions.json") or {}
     label = str(model or PurePosixPath(root.uri).name)
     note = essay_note(label, versions, tables.get("tasks"))
+    adaptive = root.json_if_exists("adaptive.json") or {}
     return RunData(uri=root.uri, label=label, model=str(model or ""),
                    suite=str(_select(config, "suite.name") or ""),
                    claimed_length=int(claimed) if claimed is not None else None, tables=tables, computed=computed,
                    notes=(note,) if note else (),
                    status=consistency.as_status() if consistency is not None else None,
-                   problem=consistency.one_line(root.uri) if consistency is not None else "", root=root)
+                   problem=consistency.one_line(root.uri) if consistency is not None else "", root=root,
+                   adaptive_schedule=(adaptive.get("compute") or {}).get("schedule"))
 
 
 def _stored_config(root: RunRoot) -> Config | None:

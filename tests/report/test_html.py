@@ -199,8 +199,11 @@ def test_the_html_table_gives_a_near_threshold_length_the_range_a_full_sweep_cou
                                      "bound": "cells"}],
                                    schema=LENGTH_SCHEMA)
     run = RunData(uri="r", label="run", model="m", suite="ruler", claimed_length=None,
-                  tables={"adaptive": cells, "adaptive_lengths": lengths})
+                  tables={"adaptive": cells, "adaptive_lengths": lengths},
+                  adaptive_schedule={"round_start": 10, "growth": 1.0, "round_max": 0, "alpha_split": "equal",
+                                     "near_stop": False, "shard_size": 10})
     section = adaptive_section([run])
+    assert "run sampled in constant rounds of 10 instances per cell (shards of 10); α split equally" in section.intro
     [table] = [b for b in section.blocks if hasattr(b, "rows")]
     [row] = table.rows
     texts = [c.text for c in row.cells]
