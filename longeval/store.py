@@ -50,6 +50,16 @@ LEGACY_STAGES = ("instances", "predictions", "scores", "summary")
 READ_THREADS = 8
 """Shards read at once by `read_stage`: S3 round trips overlap, and a local disk does not mind."""
 
+READ_BATCH = 64
+"""Shards whose metadata columns `read_stage` gathers into one contiguous table at a time. Each shard's columns
+are a few small buffers; thousands of them left scattered over the heap pin its pages, so a driver that read
+the metadata of 792 shards (2.5 MB of Arrow) held 70 MB more (benchmarks/README.md, "The full shape, again")."""
+
+KEPT_FOOTER_BYTES = 4 << 20
+"""Serialized Parquet footers a root that remembers listings keeps (`_read_columns`), about seven times as much
+once parsed: a long prompts' shard has a row group per prompt and a footer of 125 KB, and keeping all 792 of the
+full shape's footers held 160 MB. Beyond this a later read of other columns reads the footer again."""
+
 BULKY_COLUMNS = frozenset({"prompt", "prompt_token_ids", "output"})
 """Columns whose reads are never kept in memory by a root that remembers listings (`read_stage`): the driver's
 memory must not grow with prompt and output bytes. (`meta` and `references` are kept: the driver's checks and
@@ -181,7 +191,12 @@ class RunRoot:
         """Metadata columns read while the stage's listing was remembered: (stage, shard name) -> its columns."""
         self._footers: dict[tuple[str, str], pads.ParquetFileFragment] = {}
         """Shards opened for column reads while the stage's listing was remembered, each with its Parquet footer
-        (read by the first read): a later read of other columns fetches only their pages."""
+        (read by the first read): a later read of other columns fetches only their pages. At most
+        `KEPT_FOOTER_BYTES` of footers."""
+        self._footer_bytes = 0
+        self._footer_keys: set[tuple[str, str]] = set()
+        """The footers kept so far, counted (`_footer_room`); dropped footers still count: the budget bounds
+        what one command keeps."""
         self._small: dict[str, bytes | None] = {}
         """Small files read through `read_if_exists` while listings are remembered (rel -> bytes, None: none)."""
         self._wanted: dict[str, list[str]] = {}
@@ -190,7 +205,7 @@ class RunRoot:
     def __getstate__(self) -> dict[str, Any]:
         # Another process sees other writes: it starts with no remembered listings.
         return {**self.__dict__, "_listed": None, "_elsewhere": Counter(), "_kept": {}, "_records": {},
-                "_footers": {}, "_small": {}}
+                "_footers": {}, "_footer_bytes": 0, "_footer_keys": set(), "_small": {}}
 
     # -- identity ---------------------------------------------------------------------------------------
 
@@ -293,10 +308,22 @@ class RunRoot:
         remembered = self._remembered(self._rel(stage)) and self._remembered(self._rel(_MANIFEST, stage))
         if columns is None and schema is not None and remembered and not BULKY_COLUMNS & set(schema.names):
             columns = schema.names
-        keep = columns is not None and not BULKY_COLUMNS & set(columns) and remembered
+        metadata = columns is not None and not BULKY_COLUMNS & set(columns)
+        keep = metadata and remembered
         read = self._read_kept if keep else self.read_shard
+        tables: list[pa.Table] = []
         with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(names))) as pool:
-            tables = list(pool.map(lambda n: read(stage, n, schema, columns=columns, size=sizes.get(n)), names))
+            for start in range(0, len(names), READ_BATCH):
+                batch = names[start:start + READ_BATCH]
+                parts = list(pool.map(lambda n: read(stage, n, schema, columns=columns, size=sizes.get(n)), batch))
+                if keep:
+                    parts = self._gather_kept(stage, batch, columns) or parts
+                elif metadata:
+                    parts = [self._concat(stage, parts, schema).combine_chunks()]
+                tables += parts
+        return self._concat(stage, tables, schema)
+
+    def _concat(self, stage: str, tables: list[pa.Table], schema: pa.Schema | None) -> pa.Table:
         try:
             return pa.concat_tables(tables, promote_options="default" if schema is None else "none")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -304,6 +331,21 @@ class RunRoot:
                 f"shards of stage {stage!r} under {self.uri} have incompatible schemas ({exc}); "
                 "were they written by different longeval versions? Use a fresh run root or delete the stage"
             ) from exc
+
+    def _gather_kept(self, stage: str, names: list[str], columns: list[str]) -> list[pa.Table] | None:
+        """The kept columns of `names` moved into one contiguous table, each shard's now a slice of it, and
+        `columns` of each (`READ_BATCH` says why); None, leaving them as they are, when their columns differ."""
+        kept = [self._kept[(stage, name)] for name in names]
+        try:
+            together = pa.concat_tables(kept).combine_chunks()
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return None
+        out, offset = [], 0
+        for name, table in zip(names, kept, strict=True):
+            self._kept[(stage, name)] = together.slice(offset, table.num_rows)
+            out.append(self._kept[(stage, name)].select(columns))
+            offset += table.num_rows
+        return out
 
     def will_read(self, stage: str, columns: Iterable[str]) -> None:
         """Say which metadata columns of `stage` this command will read (never prompts or outputs): on a root that
@@ -370,7 +412,7 @@ class RunRoot:
                 # retry opens the file afresh, without a size that may be stale)
                 fragment = self._footers.pop((stage, name), None) or self._loc.parquet(rel, size=size)
                 table = fragment.to_table(schema=schema, columns=columns)
-                if remember:
+                if remember and self._footer_room((stage, name), fragment):
                     self._footers[(stage, name)] = fragment
                 return table
             except pa.ArrowInvalid as exc:
@@ -381,6 +423,18 @@ class RunRoot:
                 raise  # the store's own errors: retried when transient, then a StoreError
 
         return self._sized(stage, name, read, size)
+
+    def _footer_room(self, key: tuple[str, str], fragment: pads.ParquetFileFragment) -> bool:
+        """Whether keeping this fragment's footer stays within `KEPT_FOOTER_BYTES` (counted once per shard: a
+        footer taken out for a read and put back is not counted again)."""
+        if key in self._footer_keys:
+            return True
+        size = fragment.metadata.serialized_size
+        if self._footer_bytes + size > KEPT_FOOTER_BYTES:
+            return False
+        self._footer_bytes += size
+        self._footer_keys.add(key)
+        return True
 
     def _sized(self, stage: str, name: str, read: Callable[[int | None], T], size: int | None) -> T:
         """`read(size)` through the store's retries; a shard it finds unreadable is set aside, but only once a

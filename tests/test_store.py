@@ -331,3 +331,34 @@ def test_touch_marks_a_shard_used(tmp_path: Path) -> None:
     root.touch("instances", "s0")
     (new,) = root.stored_shards("instances")
     assert old.mtime_ns == 1_000_000_000 * 10**9 < new.mtime_ns
+
+
+def test_metadata_read_from_many_shards_is_held_in_a_few_contiguous_tables_and_a_bounded_set_of_footers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #22: each shard's few small buffers, kept scattered, pinned heap pages (70 MB for 792 shards' 2.5 MB
+    of metadata), and every footer kept held 160 MB; the kept columns are gathered `READ_BATCH` shards at a time
+    and the footers kept stop at `KEPT_FOOTER_BYTES`."""
+    from longeval import store
+
+    writer = RunRoot(str(tmp_path))
+    for k in range(130):
+        rows = [Prediction(instance_id=f"{k}-{i}", model_id="m", output="x" * 100, output_tokens=1,
+                           finish_reason="stop", cached_prompt_tokens=0, latency_s=0.1).to_row() for i in range(3)]
+        writer.write_table("predictions", f"p{k:03d}", pa.Table.from_pylist(rows, schema=PREDICTION_SCHEMA))
+    first = _footer_size(tmp_path / "predictions" / "p000.parquet")
+    monkeypatch.setattr(store, "KEPT_FOOTER_BYTES", 40 * first)
+    root = RunRoot(str(tmp_path), remember_listings=True)
+    ids = root.read_stage("predictions", PREDICTION_SCHEMA, columns=["instance_id", "error"])
+    assert ids.num_rows == 390 and sorted(ids["instance_id"].to_pylist())[:2] == ["0-0", "0-1"]
+    buffers = {t.column("instance_id").chunks[0].buffers()[2].address for (stage, _), t in root._kept.items()
+               if stage == "predictions"}
+    assert len(buffers) == -(-130 // store.READ_BATCH)  # one contiguous table per batch, not one per shard
+    assert 35 <= len(root._footers) <= 40 and root._footer_bytes <= store.KEPT_FOOTER_BYTES
+    again = root.read_stage("predictions", PREDICTION_SCHEMA, columns=["instance_id"])  # served from what is kept
+    assert again["instance_id"].to_pylist() == ids["instance_id"].to_pylist()
+
+
+def _footer_size(path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.serialized_size
