@@ -167,9 +167,12 @@ def test_parsers_never_raise(text: str, label: str, prefilled: bool) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(prefix=st.text(max_size=200).filter(lambda s: "path:" not in s.lower() and "answer" not in s.lower()),
+@given(prefix=st.text(max_size=200).filter(lambda s: "path:" not in s.lower() and "answer" not in s.lower()
+                                           and "<think>" not in s),
        style=st.sampled_from(["Shortest Path: {}", "**Shortest Path:** {}.", "Final Answer: {}", "shortest path: {}"]))
 def test_a_right_answer_after_any_reasoning_scores(prefix: str, style: str) -> None:
+    """Reasoning as free text. An opened `<think>` never closed is a model that never answered (`strip_reasoning`,
+    tested on its own): Hypothesis draws that literal from the scorer's source, and CI once met it here."""
     output = prefix + "\n" + style.format("Node 4, Node 1, Node 2, Node 3")
     assert score_shortest_path(output, [], SHORTEST).score == 1.0
 
