@@ -191,8 +191,6 @@ def test_a_replica_given_listed_sizes_reads_a_shard_in_three_requests(
 ) -> None:
     """A replica's prompts, from the shards and sizes the driver listed: per shard (one too big to read whole) its
     footer, its ids and the row group that holds the prompts; nothing listed, no HEAD."""
-    from longeval.stages.infer import PromptReader
-
     monkeypatch.setattr("longeval.store.WHOLE_READ_BYTES", 0)  # these shards stand for big ones
 
     uri = f"s3://{logged_server.bucket}/{PREFIX}/replica"
@@ -200,15 +198,19 @@ def test_a_replica_given_listed_sizes_reads_a_shard_in_three_requests(
     sizes = RunRoot(uri, remember_listings=True).shard_sizes("instances")
     assert set(sizes) == set(names) and all(sizes.values())
 
-    def run() -> None:
-        reader = PromptReader(RunRoot(uri), shards=sizes)
-        for k, name in enumerate(names):
-            for i in range(4):
-                assert len(reader.request(f"{k}-{i}", name).prompt_token_ids) == 3000
-        reader.close()
-
-    by_method, listings = requests(meter, run)
+    by_method, listings = requests(meter, lambda: _read_every_prompt(uri, names, sizes))
     assert listings == 0 and by_method["HEAD"] == 0 and sum(by_method.values()) <= 3 * N, by_method
+
+
+def _read_every_prompt(uri: str, names: list[str], sizes: dict[str, int]) -> None:
+    """A replica's reads: every prompt of every shard, through the reader a replica uses."""
+    from longeval.stages.infer import PromptReader
+
+    reader = PromptReader(RunRoot(uri), shards=sizes)
+    for k, name in enumerate(names):
+        for i in range(4):
+            assert len(reader.request(f"{k}-{i}", name).prompt_token_ids) == 3000
+    reader.close()
 
 
 def test_compaction_maps_parts_to_shards_from_the_metadata_the_driver_kept(
@@ -333,7 +335,6 @@ def test_shards_the_writers_reported_are_known_without_a_listing(meter: S3Meter,
 def test_a_replica_reads_a_small_shard_whole_in_one_get(meter: S3Meter, logged_server: S3Server) -> None:
     """A shard below `WHOLE_READ_BYTES` whose size the driver listed: one GET of the whole file, then every read
     from memory (not a 64 KiB footer read and the pages again: up to twice the bytes, in three requests)."""
-    from longeval.stages.infer import PromptReader
     from longeval.store import WHOLE_READ_BYTES
 
     uri = f"s3://{logged_server.bucket}/{PREFIX}/small"
@@ -341,14 +342,7 @@ def test_a_replica_reads_a_small_shard_whole_in_one_get(meter: S3Meter, logged_s
     sizes = RunRoot(uri, remember_listings=True).shard_sizes("instances")
     assert all(0 < size <= WHOLE_READ_BYTES for size in sizes.values())
 
-    def run() -> None:
-        reader = PromptReader(RunRoot(uri), shards=sizes)
-        for k, name in enumerate(names):
-            for i in range(4):
-                assert len(reader.request(f"{k}-{i}", name).prompt_token_ids) == 3000
-        reader.close()
-
-    by_method, listings = requests(meter, run)
+    by_method, listings = requests(meter, lambda: _read_every_prompt(uri, names, sizes))
     assert by_method == Counter({"GET": N}) and listings == 0, by_method
 
 
