@@ -62,7 +62,7 @@ def _run(cfg: Config, stages: list[str], root: RunRoot, progress) -> RunResult:
                     "suite.adaptive_round_max=0 suite.adaptive_alpha_split=equal (docs/adaptive.md)", older,
                     root.uri, cfg.suite.adaptive_target, older.rstrip("/").rsplit("/", 1)[-1])
     _check_same_config(cfg, root)
-    if "generate" in stages:
+    if "generate" in stages and missing_shards(plan, root):  # nothing to generate: no instance to try first
         preflight(cfg, plan, model_path)
     write_provenance(cfg, root, model_path)
     tracker = tracking.start_tracking(cfg, root)  # W&B errors are warnings: tracking never fails the run
@@ -97,7 +97,7 @@ def work_left(cfg: Config, plan: Plan, root: RunRoot, model_path: str, stages: l
     """Whether any stage has work for Ray: a missing instance shard, an instance without a final prediction
     (follow-up calls written first, on the driver) or scores out of date. A finished run's rerun then goes
     straight to the report, without starting Ray."""
-    if "generate" in stages and {s.name for s in plan.shards} - root.shard_names("instances"):
+    if "generate" in stages and missing_shards(plan, root):
         return True
     if "infer" in stages:
         write_followups(cfg, root, model_path)
@@ -105,6 +105,11 @@ def work_left(cfg: Config, plan: Plan, root: RunRoot, model_path: str, stages: l
         if set(meta["instance_id"].to_pylist()) - done:
             return True
     return "score" in stages and not scores_current(root, score_fingerprint(cfg, root))
+
+
+def missing_shards(plan: Plan, root: RunRoot) -> set[str]:
+    """The planned instance shards the root does not hold yet."""
+    return {s.name for s in plan.shards} - root.shard_names("instances")
 
 
 DAMAGE_RETRIES = 3

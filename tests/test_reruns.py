@@ -8,6 +8,7 @@ import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from longeval.consistency import PARTIAL_EXIT
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, Prediction
@@ -165,3 +166,31 @@ def test_the_table_shows_n_intervals_all_failure_cells_and_incomplete_runs(tmp_p
     assert "<th>n</th>" in text or ">n<" in text
 
 
+
+
+def test_preflight_runs_only_when_an_instance_shard_is_missing(tmp_path, monkeypatch):
+    """Issue #22: a rerun with every planned shard there generates nothing, so its driver builds no preflight
+    instance (the tokenizer, Punkt and the QA files: about 200 MB of a resumed driver's peak)."""
+    from longeval import pipeline
+    from longeval.config import load_config
+
+    args = [*BASE, "suite.tasks=[vt]", "suite.samples=4", f"store.root={tmp_path}", "run_name=pre"]
+    assert (gen := longeval("generate", *args)).returncode == 0, flat(gen)
+    cfg = load_config(args)
+    tried: list[str] = []
+
+    class Tried(Exception):
+        pass
+
+    def preflight(cfg, plan, model_path):
+        tried.append(model_path)
+        raise Tried  # before any Ray work: the run stops here
+
+    monkeypatch.setattr(pipeline, "preflight", preflight)
+    pipeline.run(cfg, stages=["generate"])  # every shard there: no preflight, no Ray
+    assert tried == []
+    root = RunRoot(str(tmp_path / "pre"))
+    root.remove_shard("instances", sorted(root.shard_names("instances"))[0])
+    with pytest.raises(Tried):
+        pipeline.run(cfg, stages=["generate"])
+    assert len(tried) == 1

@@ -147,7 +147,9 @@ def preflight(cfg: Config, plan: Plan, model_path: str) -> None:
     their own message, instead of inside a Ray actor after the cluster has spun up. The length is capped at
     `PREFLIGHT_MAX_LENGTH` (128K): a suite that starts at 1M would otherwise build a 1M-token instance of every
     task on the driver, whose memory must not grow with the suite's lengths (issue #22). The mistakes it
-    catches show at 128K as well; longer instances are built by the generation actors only.
+    catches show at 128K as well; longer instances are built by the generation actors only. A run whose every
+    planned shard is there already (a rerun, a resume after inference) skips it: nothing is generated, and the
+    driver does not load the tokenizer, Punkt and the data files for it (about 200 MB).
     """
     ctx = make_context(cfg, model_path)
     firsts: dict[str, ShardSpec] = {}
