@@ -628,7 +628,8 @@ class Harness:
                 stats = record.get("stats", {})
                 out.append({"replica": record.get("replica"), "engine": record.get("engine"),
                             "requests": stats.get("requests", 0), "read_bytes": stats.get("read_bytes", 0),
-                            "peak_rss": stats.get("peak_rss_bytes", 0), "max_num_seqs": record.get("max_num_seqs")})
+                            "peak_rss": stats.get("peak_rss_bytes", 0), "base_rss": stats.get("base_rss_bytes", 0),
+                            "max_num_seqs": record.get("max_num_seqs")})
         return out
 
     def summarise_store(self, figures: RunFigures, target: Store, run_name: str) -> None:

@@ -82,9 +82,13 @@ class StandInStats(EngineStats):
     go over sockets and are not counted."""
     peak_rss_bytes: int = 0
     """The process's peak resident memory (VmHWM) when its last `stream` ended."""
+    base_rss_bytes: int = 0
+    """Its peak (VmHWM) when its first `stream` began, before any prompt: the replica's base (imports, Ray, the
+    engine); `peak_rss_bytes` less this is what its prompts, reads and writes added."""
 
     def record(self) -> dict[str, float]:
-        return {**super().record(), "read_bytes": self.read_bytes, "peak_rss_bytes": self.peak_rss_bytes}
+        return {**super().record(), "read_bytes": self.read_bytes, "peak_rss_bytes": self.peak_rss_bytes,
+                "base_rss_bytes": self.base_rss_bytes}
 
 
 def proc_self(file: str, key: str) -> int:
@@ -165,6 +169,7 @@ class StandInEngine:
         live: list[tuple[Request, float]] = []
         exhausted = False
         read_before = proc_self("io", "rchar") - import_bytes()
+        self.stats.base_rss_bytes = self.stats.base_rss_bytes or proc_self("status", "VmHWM")
         while True:
             new, exhausted = next_requests(source, window - len(live)) if not exhausted else ([], True)
             live += [(req, time.perf_counter()) for req in new]

@@ -79,6 +79,7 @@ def test_window_and_pace_shape_the_steps():
     assert engine.stats.requests == 10 and engine.stats.steps == 4
     record = engine.stats.record()  # what the replica writes to its engine record (benchmarks/scale.py reads it)
     assert record["requests"] == 10 and record["peak_rss_bytes"] > 0 and record["read_bytes"] >= 0
+    assert 0 < record["base_rss_bytes"] <= record["peak_rss_bytes"]
     assert engine.info["engine"] == "stand_in" and "no model ran" in engine.info["stand_in"]
 
 
