@@ -173,6 +173,7 @@ class StandInEngine:
         while True:
             new, exhausted = next_requests(source, window - len(live)) if not exhausted else ([], True)
             live += [(req, time.perf_counter()) for req in new]
+            new = []  # `live` holds them now
             if not live and not exhausted:
                 time.sleep(IDLE_WAIT_S)  # the source has nothing for now (dynamic dispatch holds it back)
                 continue
@@ -186,8 +187,9 @@ class StandInEngine:
             now = time.perf_counter()
             self.stats.busy_s += now - began
             self.stats.steps += 1
-            done, live = live[:per_step], live[per_step:]
-            yield [{**self._row(req, now - sent), "engine_step": self.stats.steps} for req, sent in done]
+            rows = [{**self._row(req, now - sent), "engine_step": self.stats.steps} for req, sent in live[:per_step]]
+            live = live[per_step:]  # the finished requests' ids are let go before the next prompts are read
+            yield rows
 
     def _row(self, req: Request, latency_s: float) -> dict:
         output = canned_output(req, self.settings.right_fraction)

@@ -232,27 +232,35 @@ class VllmEngine:
                 if not new and not refused:
                     time.sleep(IDLE_WAIT_S)  # the source has nothing for now (dynamic dispatch holds it back)
                 continue
+            new = req = None  # `live` holds them now; these names would keep finished ones past their step
             began = time.perf_counter()
             outputs = engine.step()
             now = time.perf_counter()
             self.stats.busy_s += now - began
             self.stats.steps += 1
-            done = []
-            for out in outputs:
-                if not out.finished or out.request_id not in live:
-                    continue
-                req, sent = live.pop(out.request_id)
-                completion = out.outputs[0]
-                cached = int(getattr(out, "num_cached_tokens", 0) or 0)
-                self.stats.requests += 1
-                self.stats.output_tokens += len(completion.token_ids)
-                self.stats.prompt_tokens += len(req.prompt_token_ids)
-                self.stats.cached_prompt_tokens += cached
-                done.append(_row(req, output=completion.text, output_tokens=len(completion.token_ids),
-                                 finish_reason=str(completion.finish_reason), cached_prompt_tokens=cached,
-                                 latency_s=now - sent, engine_step=self.stats.steps))
+            # A finished request and its output hold the prompt's ids: gone before the next prompts are read,
+            # so a replica holds its window and not a window plus what just finished (a generator keeps locals).
+            done, outputs = self._finished(outputs, live, now), None
             if done:
                 yield done
+
+    def _finished(self, outputs: list, live: dict[str, tuple[Request, float]], now: float) -> list[dict]:
+        """The rows of the requests that finished in this step, taken out of `live`."""
+        done = []
+        for out in outputs:
+            if not out.finished or out.request_id not in live:
+                continue
+            req, sent = live.pop(out.request_id)
+            completion = out.outputs[0]
+            cached = int(getattr(out, "num_cached_tokens", 0) or 0)
+            self.stats.requests += 1
+            self.stats.output_tokens += len(completion.token_ids)
+            self.stats.prompt_tokens += len(req.prompt_token_ids)
+            self.stats.cached_prompt_tokens += cached
+            done.append(_row(req, output=completion.text, output_tokens=len(completion.token_ids),
+                             finish_reason=str(completion.finish_reason), cached_prompt_tokens=cached,
+                             latency_s=now - sent, engine_step=self.stats.steps))
+        return done
 
     def generate(self, requests: list[Request]) -> list[dict]:
         """Every request's row, in the order given (for callers that want a batch back)."""

@@ -21,6 +21,7 @@ from longeval.scoring import score_prediction
 from longeval.stages.generate import generate_shard, make_context
 from longeval.store import RunRoot
 from longeval.tasks import judge_for
+from tests.engine_requests import requests_that_report_their_predecessors
 
 STAND_IN = ["model=tiny_random", "model.engine=stand_in", "model.name=stand-in"]
 
@@ -155,3 +156,13 @@ def test_a_run_through_the_replicas_names_the_stand_in(tmp_path: Path, tiny_mode
     assert len(records) == 2 and all(r["engine"] == "stand_in" and "vllm" not in r for r in records)
     assert "engine: stand_in" in root.read_text("config.yaml")
     assert result.status["complete"]
+
+
+def test_a_finished_request_is_let_go_before_the_next_prompt_is_read() -> None:
+    """A 1M-token prompt is about 41 MB of Python ints: a replica holds its window, not its window and the
+    request that just finished (a generator's locals outlive its yield; issue #22, the 1M pool's replica)."""
+    alive: list[int] = []
+    engine = _engine("model.max_num_seqs=1", "+model.engine_kwargs.rows_per_step=1")
+    rows = {row["instance_id"] for step in engine.stream(requests_that_report_their_predecessors(5, alive), inflight=1)
+            for row in step}
+    assert len(rows) == 5 and alive == [0, 0, 0, 0, 0]

@@ -1,10 +1,15 @@
-"""The vLLM engine's settings, as far as they are pure: the environment it asks for."""
+"""The vLLM engine's settings, as far as they are pure (the environment it asks for), and what it keeps."""
 
 from __future__ import annotations
 
-from longeval.config import load_config
-from longeval.engines.vllm_engine import engine_env
+from pathlib import Path
+
+import pytest
+
+from longeval.config import ModelConfig, load_config
+from longeval.engines.vllm_engine import VllmEngine, engine_env
 from longeval.redaction import PUBLIC_ENV
+from tests.engine_requests import requests_that_report_their_predecessors
 
 
 def test_batch_invariant_asks_vllm_for_its_batch_invariant_kernels_and_stays_readable_in_records():
@@ -17,3 +22,19 @@ def test_batch_invariant_asks_vllm_for_its_batch_invariant_kernels_and_stays_rea
 def test_a_users_own_setting_of_the_variable_wins():
     model = load_config(["model=tiny_random", "model.batch_invariant=true", "+model.env.VLLM_BATCH_INVARIANT=0"]).model
     assert engine_env(model)["VLLM_BATCH_INVARIANT"] == "0"
+
+
+@pytest.mark.engine
+def test_a_finished_request_is_let_go_before_the_next_prompt_is_read(tiny_model_path: Path) -> None:
+    """As the stand-in (tests/engines/test_stand_in.py): the engine holds its window of prompts, and neither a
+    finished request nor its step's outputs outlive the step (vLLM in-process on the tiny model, about 10 s)."""
+    model = ModelConfig(name="tiny", path=str(tiny_model_path), dtype="float32", enforce_eager=True,
+                        env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"})
+    engine = VllmEngine(model, str(tiny_model_path), 512)
+    alive: list[int] = []
+    try:
+        rows = [row for step in engine.stream(requests_that_report_their_predecessors(4, alive), inflight=1)
+                for row in step]
+    finally:
+        engine.shutdown()
+    assert len(rows) == 4 and not any(row["error"] for row in rows) and alive == [0, 0, 0, 0]
