@@ -254,11 +254,12 @@ def _print_sizing(cfg, plan) -> None:
             continue
         per_slot = "" if cfg.cluster.dispatch == "dynamic" else "2 x "
         seqs = f" ({per_slot}max_num_seqs {p.max_num_seqs})" if p.max_num_seqs and not cfg.cluster.inflight else ""
+        copies, batch = (("the replica's and vLLM's copies of the ids", " + vLLM's input batch")
+                         if cfg.model.engine == "vllm" else ("the replica's copy of the ids", ""))
         table.add_row(label, size(p.replica_bytes),
-                      f"{p.window} prompts in flight{seqs} x {p.longest:,} tokens x "
-                      f"{sizing.PYLIST_BYTES_PER_TOKEN + sizing.ENGINE_BYTES_PER_TOKEN:.1f} B (the replica's and "
-                      f"vLLM's copies of the ids) + one shard read ahead {size(p.read_ahead_bytes)} + decoded row "
-                      f"groups {size(p.row_group_bytes)} + vLLM's input batch; {p.replicas_per_node} per node")
+                      f"{p.window} prompts in flight{seqs} x {p.longest:,} tokens x {p.bytes_per_token:.1f} B "
+                      f"({copies}) + one shard read ahead {size(p.read_ahead_bytes)} + decoded row groups "
+                      f"{size(p.row_group_bytes)}{batch}; {p.replicas_per_node} per node")
     table.add_row("memory: generation actor", size(s.generation_actor_bytes),
                   f"{size(sizing.GENERATION_ACTOR_START_BYTES)} (tokenizer, corpora) + the largest shard being built "
                   f"at its measured bytes per token; {s.generation_actors} actors (cluster.generate_parallelism)")

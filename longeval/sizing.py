@@ -34,7 +34,7 @@ from functools import cache
 from importlib import resources
 
 from longeval.capacity import GIB, MIB, ModelArch, find_model_arch, kv_cache_tokens
-from longeval.config import Config, Dispatch
+from longeval.config import Config, Dispatch, Engine
 from longeval.cost import DEFAULT_GPU, Cost, call_cost, replica_shape
 from longeval.instance_cache import cache_uri
 from longeval.plan import Plan, Pool, size_pool, suite_seq_tokens
@@ -205,6 +205,8 @@ class PoolSizing:
     replica_bytes: int | None
     """Host memory a replica's data path holds: window x longest x bytes per token, read-ahead, row-group cache,
     input batch."""
+    bytes_per_token: float
+    """Per in-flight prompt token: the replica's list, and vLLM's copies (none for the stand-in engine)."""
     replicas_per_node: int
     cost: Cost | None
     wall_s: float | None
@@ -313,7 +315,7 @@ def size_suite(cfg: Config, plan: Plan) -> Sizing:
     """Disk, host memory, generation CPU, GPU time and wall time of `plan` on `cfg.cluster` (see the module doc)."""
     cells = _cells(cfg, plan)
     unknown: list[str] = []
-    arch = find_model_arch(cfg.model) if cfg.model.engine == "vllm" else None
+    arch = find_model_arch(cfg.model) if cfg.model.engine in (Engine.vllm, Engine.stand_in) else None
     if cfg.model.engine == "vllm" and arch is None:
         unknown.append(
             f"GPU-hours, wall time and replica memory: the architecture of {cfg.model.name!r} is unknown "
@@ -384,7 +386,11 @@ def _size_pool(cfg: Config, pool: Pool, cells: list[_Cell], arch: ModelArch | No
     sent = [c for c in cells if c.length <= pool.max_model_len]
     calls = sum(_calls(c) for c in sent)
     longest = min(max(pool.lengths), pool.max_model_len)
-    sized = size_pool(cfg, pool, suite_seq_tokens(cfg, pool)) if cfg.model.engine == "vllm" and arch else pool
+    # The stand-in engine's pools are sized as vLLM's (the replica asks the same planner), but it keeps no copy of
+    # the ids and no input batch: `longeval plan` then predicts what `benchmarks/scale.py` measures.
+    local_engine = cfg.model.engine in (Engine.vllm, Engine.stand_in)
+    vllm = cfg.model.engine == Engine.vllm
+    sized = size_pool(cfg, pool, suite_seq_tokens(cfg, pool)) if local_engine and arch else pool
     # A replica's window (`infer.Replica`): max_num_seqs when it pulls work (dynamic dispatch), twice that when it
     # runs a list of its own (static), so its engine never waits on the next prompt.
     per_slot = 1 if cfg.cluster.dispatch == Dispatch.dynamic else 2
@@ -394,7 +400,7 @@ def _size_pool(cfg: Config, pool: Pool, cells: list[_Cell], arch: ModelArch | No
 
     # GPU time: the pool's planned shape, or without cluster.gpu the shape it would get on `gpus` default GPUs.
     replicas, tp, cost, wall = pool.replicas, pool.tensor_parallel_size, None, None
-    if arch is not None and gpu is not None:
+    if vllm and arch is not None and gpu is not None:  # the stand-in runs no model: no GPU time
         if pool.placement is not None:
             kv = kv_cache_tokens(cfg.model, placement=pool.placement)
         else:
@@ -421,16 +427,19 @@ def _size_pool(cfg: Config, pool: Pool, cells: list[_Cell], arch: ModelArch | No
     pool_ids = sum(c.instances * c.length * IDS_ARROW_BYTES_PER_TOKEN for c in sent)
     row_groups = round(min(PROMPT_GROUP_BYTES, pool_ids))
     replica_bytes = None
+    per_token = PYLIST_BYTES_PER_TOKEN + (ENGINE_BYTES_PER_TOKEN if vllm else 0.0)
     if window is not None:
         seqs = sized.max_num_seqs or window
-        in_engine = window * longest * (PYLIST_BYTES_PER_TOKEN + ENGINE_BYTES_PER_TOKEN)
-        input_batch = pool.tensor_parallel_size * seqs * pool.max_model_len * INPUT_BATCH_BYTES_PER_SLOT_TOKEN
+        in_engine = window * longest * per_token
+        input_batch = (pool.tensor_parallel_size * seqs * pool.max_model_len * INPUT_BATCH_BYTES_PER_SLOT_TOKEN
+                       if vllm else 0)
         replica_bytes = round(in_engine + read_ahead + row_groups + input_batch)
     per_node = (max(1, min(pool.replicas, cfg.cluster.gpus_per_node // pool.tensor_parallel_size))
                 if pool.placement is not None else pool.replicas)
     return PoolSizing(name=pool.name, lengths=pool.lengths, replicas=replicas, tensor_parallel_size=tp, calls=calls,
                       longest=longest, window=window, max_num_seqs=sized.max_num_seqs, read_ahead_bytes=read_ahead,
-                      row_group_bytes=row_groups, replica_bytes=replica_bytes, replicas_per_node=per_node, cost=cost,
+                      row_group_bytes=row_groups, replica_bytes=replica_bytes, bytes_per_token=per_token,
+                      replicas_per_node=per_node, cost=cost,
                       wall_s=wall)
 
 

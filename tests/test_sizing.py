@@ -212,3 +212,20 @@ def test_a_replica_pulling_work_holds_max_num_seqs_prompts_and_one_given_a_list_
     assert d.window == d.max_num_seqs and s.window == 2 * s.max_num_seqs
     per_token = sizing.PYLIST_BYTES_PER_TOKEN + sizing.ENGINE_BYTES_PER_TOKEN
     assert s.replica_bytes - d.replica_bytes == round(d.max_num_seqs * 131072 * per_token)
+
+
+def test_the_stand_in_engines_pools_are_sized_as_the_replica_sizes_them_without_vllms_copies_or_gpu_time():
+    """`longeval plan` for a scale run (`benchmarks/scale.py`) predicts what the harness measures: the planner's
+    max_num_seqs per pool, the replica's own list of ids and its reads, and no vLLM copies, input batch or GPU."""
+    overrides = ["model=tiny_random", "suite.tasks=[vt]", "suite.lengths=[4096,131072]", "suite.samples=100",
+                 "cluster.bucket_edges=[8192]", "model.max_model_len=131072"]
+    vllm_cfg = load_config(overrides)
+    stand_in_cfg = load_config([*overrides, "model.engine=stand_in", "model.name=stand-in"])
+    vllm, stand_in = (size_suite(c, make_plan(c, check_data=False)) for c in (vllm_cfg, stand_in_cfg))
+    assert stand_in.gpu_cost is None and stand_in.wall_s is None and all(p.cost is None for p in stand_in.pools)
+    for v, s in zip(vllm.pools, stand_in.pools, strict=True):
+        assert s.window == v.window and s.max_num_seqs == v.max_num_seqs and s.window  # the same planner
+        assert s.bytes_per_token == sizing.PYLIST_BYTES_PER_TOKEN
+        assert s.replica_bytes == round(s.window * s.longest * sizing.PYLIST_BYTES_PER_TOKEN + s.read_ahead_bytes
+                                        + s.row_group_bytes)
+        assert s.replica_bytes < v.replica_bytes
