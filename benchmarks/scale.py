@@ -436,6 +436,9 @@ class RunFigures:
     cache_bytes_added: int = 0
     replicas: list[dict[str, Any]] = field(default_factory=list)
     wall_s: float = 0.0
+    planned_replica_bytes: dict[str, int] = field(default_factory=dict)
+    """`longeval plan`'s host memory of one replica of each pool (`longeval.sizing`): its in-flight window of prompts,
+    a shard read ahead and the prompt reader's row groups; what a replica may add above its base."""
 
     def stage(self, name: str) -> StageFigures | None:
         return next((s for s in self.stages if s.stage == name), None)
@@ -472,6 +475,28 @@ class Shape:
             f"cluster.bucket_edges=[{','.join(map(str, self.bucket_edges))}]",
             f"store.root={store_root}", f"run_name={run_name}", "tracking=none",
         ]
+
+
+def planned_replica_bytes(overrides: list[str]) -> dict[str, int]:
+    """Per pool, the host memory `longeval plan` gives one replica of this run (the stand-in's sizing)."""
+    from longeval.config import load_config
+    from longeval.plan import make_plan
+    from longeval.sizing import size_suite
+
+    cfg = load_config(overrides)
+    return {p.name: p.replica_bytes for p in size_suite(cfg, make_plan(cfg, check_data=False)).pools
+            if p.replica_bytes is not None}
+
+
+def window_bound(run: RunFigures) -> float:
+    """The most any replica of the run rose above its base, as a share of its pool's planned figure (<= 1: within
+    its in-flight window); inf when a replica has no base or its pool no plan."""
+    shares = []
+    for replica in run.replicas:
+        planned = run.planned_replica_bytes.get(str(replica.get("replica", "")).split("/")[0])
+        base = replica.get("base_rss", 0)
+        shares.append((replica["peak_rss"] - base) / planned if planned and base else float("inf"))
+    return max(shares, default=float("inf"))
 
 
 class Harness:
@@ -541,7 +566,8 @@ class Harness:
             shutil.rmtree(store_root, ignore_errors=True)
         target = Store(store_root, self.server)
         overrides = shape.overrides(store_root, run_name)
-        figures = RunFigures(scale, store, shape.samples, len(shape.tasks), shape.lengths, f"{store_root}/{run_name}")
+        figures = RunFigures(scale, store, shape.samples, len(shape.tasks), shape.lengths, f"{store_root}/{run_name}",
+                             planned_replica_bytes=planned_replica_bytes(overrides))
         began = time.perf_counter()
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
         self.console.print(f"[bold]{f'{scale}x' if scale else 'baseline'} on {store}[/]: {len(shape.tasks)} tasks x "
@@ -735,6 +761,9 @@ def judge_store(store: str, runs: list[RunFigures]) -> list[Verdict]:
         out.append(growth(f"replica peak RSS grows <= 10 % from {small.scale}x to {big.scale}x (bounded by the "
                           "in-flight window)", store, small, big,
                           lambda s: s.kinds.get("replica", {}).get("peak_rss_max", 0)))
+    out.append(per_run("replica holds its in-flight window: peak above its base <= `longeval plan`'s replica figure "
+                       "for its pool (most of any replica)", store, runs, window_bound, 1.0,
+                       lambda v: f"{v:.2f} of the plan" if v != float("inf") else "no base recorded"))
     out.append(per_run("data files per stage <= 1 per instance shard (max over stages)", store, runs,
                        lambda r: stage_max(r, lambda s: s.data_files_written) / max(1, r.instance_shards), 1.0,
                        lambda v: f"{v:.2f} per shard"))
@@ -851,11 +880,17 @@ def markdown(runs: list[RunFigures], verdicts: list[Verdict]) -> str:
 
 
 def load_runs(path: Path) -> list[RunFigures]:
-    """The runs of a `--json` file, as figures again."""
-    runs = []
-    for raw in json.loads(path.read_text())["runs"]:
+    """The runs of a `--json` file, as figures again (`longeval plan`'s replica figures added to older files)."""
+    data = json.loads(path.read_text())
+    args, runs = data.get("args", {}), []
+    for raw in data["runs"]:
         stages = [StageFigures(**stage) for stage in raw.pop("stages")]
-        runs.append(RunFigures(**raw, stages=stages))
+        run = RunFigures(**raw, stages=stages)
+        if not run.planned_replica_bytes and run.scale and args.get("tasks"):
+            shape = Shape(args["tasks"], run.lengths, run.samples, args["replicas"], args["bucket_edges"],
+                          args["step_s"], args["rows_per_step"], Path("squad.json"), Path("hotpotqa.json"))
+            run.planned_replica_bytes = planned_replica_bytes(shape.overrides("/tmp/unused", "planned"))
+        runs.append(run)
     return runs
 
 

@@ -89,3 +89,21 @@ def test_targets_are_judged_per_run_and_across_scales(scale):
     aborted = scale.judge([_run(scale, 1, driver_gib=1.0, parts=10),
                            _run(scale, 10, driver_gib=1.0, parts=10, aborted="aborted: memory")])
     assert all(v.met is False for v in aborted if "10x" in str(v.measured) or "growth" in v.measured)
+
+
+def test_a_replica_is_judged_by_what_it_added_above_its_base_against_its_pools_planned_figure(scale):
+    run = _run(scale, 1, driver_gib=1.0, parts=10)
+    run.planned_replica_bytes = {"pool0": 100, "pool1": 400}
+    run.replicas = [{"replica": "pool0/r0", "peak_rss": 1080, "base_rss": 1000},
+                    {"replica": "pool1/r1", "peak_rss": 1300, "base_rss": 1000}]
+    assert scale.window_bound(run) == 0.8  # pool0's 80 of 100; pool1's 300 of 400 is 0.75
+    run.replicas.append({"replica": "pool1/r0", "peak_rss": 1500, "base_rss": 1000})
+    assert scale.window_bound(run) == 1.25
+    run.replicas.append({"replica": "pool0/r1", "peak_rss": 900})  # an older record: no base, no verdict
+    assert scale.window_bound(run) == float("inf")
+
+
+def test_longeval_plan_sizes_each_pool_of_a_scale_run(scale, tmp_path: Path):
+    shape = scale.Shape(["ruler/vt"], [4096, 65536], 10, 2, [32768], 0.08, 4, tmp_path / "s.json", tmp_path / "h.json")
+    planned = scale.planned_replica_bytes(shape.overrides(str(tmp_path), "r"))
+    assert set(planned) == {"pool0", "pool1"} and 0 < planned["pool0"] < planned["pool1"]
