@@ -18,6 +18,7 @@ errors, counted, and retried by the next run. Models behind an HTTP API keep the
 from __future__ import annotations
 
 import abc
+import functools
 import logging
 import os
 import queue
@@ -261,6 +262,36 @@ class Replica:
             reader.close()
 
 
+RELEASE_BEFORE_TOKENS = 65_536
+"""Before a prompt this long becomes a Python list (41 B a token), the memory the last ones freed goes back to the
+system (`release_freed_memory`): a replica of a 256K pool otherwise peaked 107 MiB above its base for a window of 4
+prompts (43 MiB of lists and 32 MiB of row groups), with it 53 MiB; of a 1M pool, 144 MiB against 79 MiB
+(benchmarks/README.md, "The full shape, final"). Shorter prompts skip it: it costs a few ms, their engine steps
+less."""
+
+
+def release_freed_memory() -> None:
+    """Hand the heap's free pages back to the system (glibc's `malloc_trim`; nothing elsewhere).
+
+    glibc serves the big buffers of a replica (a prompt's list, a row group's ids) from its heap once their size
+    has been freed before, and keeps what they free: a long-prompt replica's peak was its window plus what the
+    window before it left in the heap."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    import ctypes
+    import ctypes.util
+
+    try:
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c")), "malloc_trim", None)
+    except OSError:
+        return None
+
+
 class PromptReader:
     """Reads a replica's prompts and nothing else: of each instance shard, its ids first, then only the row
     groups that hold the prompts asked for (`store.ROW_GROUP_BYTES` each).
@@ -295,7 +326,10 @@ class PromptReader:
             if found is not None:
                 group = self._group(name, found[0])
                 row = found[1]
-                ids = group["prompt_token_ids"][row].values.to_numpy(zero_copy_only=False).tolist()
+                values = group["prompt_token_ids"][row].values
+                if len(values) >= RELEASE_BEFORE_TOKENS:
+                    release_freed_memory()
+                ids = values.to_numpy(zero_copy_only=False).tolist()
                 refs = tuple(group["references"][row].as_py()) if "references" in self.columns else ()
                 return Request(instance_id, ids, int(group["max_new_tokens"][row].as_py()), refs)
         raise LongevalError(f"instance {instance_id} is in no committed instance shard {prefix} (or its follow-ups)")
