@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 
 from longeval.adaptive import BELOW, assess
 from longeval.adaptive_run import round_shards, settings_for
-from longeval.config import load_config
+from longeval.config import Config, load_config
 from longeval.plan import make_plan
 from longeval.records import PREDICTION_SCHEMA
 from longeval.stages.summarise import summarise_root
 from longeval.store import RunRoot
+
+if TYPE_CHECKING:
+    from longeval.stages.summarise import RunResult
 
 TINY = ["model=tiny_random", "suite.tasks=[niah_single_1,vt]", "suite.lengths=[1024,2048]", "suite.samples=12",
         "suite.shard_size=1", "model.max_num_seqs=4", "suite.adaptive=true"]
@@ -150,14 +154,23 @@ def test_stages_of_an_adaptive_run_go_together(tmp_path):
         run(_cfg(tmp_path), stages=["generate"])
 
 
+@pytest.fixture(scope="module")
+def whole_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) -> tuple[Config, RunResult]:
+    """One uninterrupted adaptive run of TINY: the run the stop/resume test checks and the reference the killed
+    run must end like (an engine start and two rounds, paid once per module)."""
+    from longeval.pipeline import run
+
+    cfg = _cfg(tmp_path_factory.mktemp("whole"))
+    return cfg, run(cfg)
+
+
 @pytest.mark.engine
-def test_adaptive_run_stops_decided_cells_and_resumes_without_inference(tmp_path, tiny_model_path):
+def test_adaptive_run_stops_decided_cells_and_resumes_without_inference(tmp_path, whole_run):
     from longeval.adaptive_run import run_rounds
     from longeval.models import resolve_model_path
     from longeval.pipeline import run
 
-    cfg = _cfg(tmp_path)
-    result = run(cfg)
+    cfg, result = whole_run
     root = RunRoot(cfg.run_root)
     cells = result.adaptive["adaptive"].to_pylist()
     assert len(cells) == 4
@@ -257,7 +270,7 @@ def test_terminal_view_shows_decisions_intervals_and_compute():
 
 
 @pytest.mark.engine
-def test_a_run_killed_mid_round_resumes_without_redoing_work_and_decides_the_same(tmp_path, tiny_model_path):
+def test_a_run_killed_mid_round_resumes_without_redoing_work_and_decides_the_same(tmp_path, whole_run):
     """kill -9 of the driver and its Ray processes while a round infers; the rerun finishes that round, runs the
     rest, and ends where an uninterrupted run ends, with no instance inferred twice."""
     import os
@@ -269,7 +282,7 @@ def test_a_run_killed_mid_round_resumes_without_redoing_work_and_decides_the_sam
     from longeval.pipeline import run
     from tests.cli_subprocess import REPO
 
-    reference = run(_cfg(tmp_path / "whole")).adaptive["adaptive"]
+    reference = whole_run[1].adaptive["adaptive"]  # the same config (TINY), uninterrupted
     argv = [*TINY, f"store.root={tmp_path / 'crash'}", "run_name=crash", "cluster.commit_interval_s=0"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     proc = subprocess.Popen([sys.executable, "-m", "longeval.cli", "run", *argv], cwd=REPO, env=env,
