@@ -14,6 +14,8 @@ endpoint fails at once instead.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import logging
@@ -58,7 +60,8 @@ the metadata of 792 shards (2.5 MB of Arrow) held 70 MB more (benchmarks/README.
 KEPT_FOOTER_BYTES = 4 << 20
 """Serialized Parquet footers a root that remembers listings keeps (`_read_columns`), about seven times as much
 once parsed: a long prompts' shard has a row group per prompt and a footer of 125 KB, and keeping all 792 of the
-full shape's footers held 160 MB. Beyond this a later read of other columns reads the footer again."""
+full shape's footers held 160 MB. Beyond this a later read of other columns reads the footer again. (A footer's
+size counts its copy of the metadata columns, `FOOTER_METADATA`: `serialized_size` includes key-value metadata.)"""
 
 BULKY_COLUMNS = frozenset({"prompt", "prompt_token_ids", "output"})
 """Columns whose reads are never kept in memory by a root that remembers listings (`read_stage`): the driver's
@@ -77,11 +80,24 @@ open (`dispatch.OPEN_SHARDS`), so at most 3 MiB of such bytes."""
 
 ROW_GROUP_BYTES = 4 << 20
 """About this many bytes of a table per Parquet row group: a reader that wants a few rows of a shard of long
-prompts (an engine replica) reads their row groups, not the shard."""
+prompts (an engine replica) reads their row groups, not the shard (and the metadata columns, in every row group,
+from the footer's copy, `FOOTER_METADATA`)."""
 
 
 _OWN_ORDER = b"longeval:columns"
 """Schema metadata of a shard whose bulky columns were written last (`bulky_last`): the table's own order."""
+
+FOOTER_METADATA = b"longeval:metadata"
+"""Key-value metadata of a shard of more than one row group with bulky columns (long prompts): its metadata columns
+(every other column, all rows, in the file's order) as a zstd-compressed Arrow IPC stream, base64-encoded (Parquet's
+key-value metadata is text: Arrow keeps its own schema there the same way). In the file those columns
+lie in every row group, between prompts, and S3 serves one range per request: a metadata read cost a GET per row
+group (the full shape on SeaweedFS: 12.9 requests per file in `infer`, up to 6.8 in the metadata stages); from the
+copy it costs the footer read alone (one GET, two when the footer passes 64 KiB). A shard of one row group is one
+range already, and one without bulky columns would hold itself twice: neither has a copy."""
+
+_FOOTER_METADATA_SHA256 = b"longeval:metadata.sha256"
+"""The hex sha256 of `FOOTER_METADATA`'s bytes: a damaged copy is set aside, never answered from."""
 
 
 def bulky_last(table: pa.Table) -> pa.Table:
@@ -103,6 +119,50 @@ def own_order(table: pa.Table) -> pa.Table:
     if names is None:
         return table
     return table.select(json.loads(names)).replace_schema_metadata(metadata or None)
+
+
+def footer_metadata(table: pa.Table) -> dict[bytes, bytes]:
+    """The key-value metadata that copies `table`'s metadata columns into its shard's footer (`FOOTER_METADATA`)."""
+    columns = table.select([c for c in table.column_names if c not in BULKY_COLUMNS])
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, columns.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as stream:
+        stream.write_table(columns)
+    data = sink.getvalue().to_pybytes()
+    digest = hashlib.sha256(data).hexdigest().encode("ascii")
+    return {FOOTER_METADATA: base64.b64encode(data), _FOOTER_METADATA_SHA256: digest}
+
+
+def _footer_copy(metadata: pq.FileMetaData) -> pa.Table | None:
+    """A shard's metadata columns as its footer copies them (`FOOTER_METADATA`), checked against their sha256;
+    None when it has no copy (one row group, or written before the copy existed: its columns are read instead)."""
+    pairs = metadata.metadata or {}
+    text = pairs.get(FOOTER_METADATA)
+    if text is None:
+        return None
+    try:
+        data = base64.b64decode(text, validate=True)
+    except binascii.Error as exc:
+        raise _Unreadable(f"its footer's copy of the metadata columns is not base64 ({exc})") from exc
+    if hashlib.sha256(data).hexdigest().encode("ascii") != pairs.get(_FOOTER_METADATA_SHA256):
+        raise _Unreadable("its footer's copy of the metadata columns does not match its sha256")
+    try:
+        copy = pa.ipc.open_stream(data).read_all()
+    except pa.ArrowInvalid as exc:
+        raise _Unreadable(f"its footer's copy of the metadata columns is not readable ({exc})") from exc
+    if copy.num_rows != metadata.num_rows:
+        raise _Unreadable(f"its footer's copy of the metadata columns has {copy.num_rows} rows, "
+                          f"the file {metadata.num_rows}")
+    return copy
+
+
+def _from_copy(copy: pa.Table | None, columns: list[str], schema: pa.Schema) -> pa.Table | None:
+    """`columns` from a shard's footer copy, as a read of the file's columns gives them (`schema`: the caller's, or
+    the file's own, whose names of list items Parquet changes); None when the copy lacks one of them or holds
+    another type (the file's read then converts them, or says why not)."""
+    if copy is None or not set(columns) <= set(copy.column_names):
+        return None
+    table, target = copy.select(columns), pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
+    return table.cast(target) if table.schema.equals(target) else None
 
 
 def rows_per_group(table: pa.Table) -> int:
@@ -231,9 +291,13 @@ class RunRoot:
         """Write one shard and commit it: readers see the whole shard or none of it."""
         # Serialise first, so a failure while encoding never reaches the store; the write is then one atomic
         # file rename or object upload, and the commit record after it publishes the shard.
-        sink = pa.BufferOutputStream()
-        pq.write_table(bulky_last(table), sink, compression="zstd", write_page_checksum=True,
-                       row_group_size=rows_per_group(table))
+        # A shard of several row groups with prompts copies its metadata columns into its footer
+        # (`FOOTER_METADATA`); one of a single row group is written as it always was.
+        sink, written, group_rows = pa.BufferOutputStream(), bulky_last(table), rows_per_group(table)
+        with pq.ParquetWriter(sink, written.schema, compression="zstd", write_page_checksum=True) as writer:
+            writer.write_table(written, row_group_size=group_rows)
+            if table.num_rows > group_rows and BULKY_COLUMNS & set(table.column_names):
+                writer.add_key_value_metadata(footer_metadata(written))
         data = sink.getvalue()
         self._loc.write_bytes(self._rel(stage, name + _PARQUET), data)
         self._wrote(self._rel(stage, name + _PARQUET), size=data.size)
@@ -351,7 +415,8 @@ class RunRoot:
         """Say which metadata columns of `stage` this command will read (never prompts or outputs): on a root that
         remembers listings, the first read of each shard then fetches them all with the columns it asks for, and
         later reads are served from what was kept. On S3 a shard's columns then cost one footer and one or two
-        ranges per command, however many questions the command asks of them (issue #22's ≤ 3 requests per file)."""
+        ranges per command (a long prompts' shard, its footer alone: `FOOTER_METADATA`), however many questions the
+        command asks of them (issue #22's ≤ 3 requests per file)."""
         wanted = self._wanted.setdefault(stage, [])
         wanted += [c for c in columns if c not in wanted and c not in BULKY_COLUMNS]
 
@@ -379,7 +444,8 @@ class RunRoot:
 
         A whole read checks the bytes against the commit record's sha256. A read of some columns fetches only
         their pages (the footer says where they are) and Parquet's page checksums check what it reads: metadata
-        reads never pay for prompts and token ids, nor for hashing them.
+        reads never pay for prompts and token ids, nor for hashing them. Metadata columns the footer copies
+        (`FOOTER_METADATA`) come from that copy, checked against its sha256: the footer is the only read.
 
         Raises:
             DamagedShardError: the bytes do not match the record's sha256 (a damaged disk, a hand edit, a
@@ -411,7 +477,9 @@ class RunRoot:
                 # A kept fragment holds the footer its first read fetched (taken out while in use: a failed read's
                 # retry opens the file afresh, without a size that may be stale)
                 fragment = self._footers.pop((stage, name), None) or self._loc.parquet(rel, size=size)
-                table = fragment.to_table(schema=schema, columns=columns)
+                table = _from_copy(_footer_copy(fragment.metadata), columns, schema or fragment.physical_schema)
+                if table is None:
+                    table = fragment.to_table(schema=schema, columns=columns)
                 if remember and self._footer_room((stage, name), fragment):
                     self._footers[(stage, name)] = fragment
                 return table
@@ -466,6 +534,18 @@ class RunRoot:
             return fragment
 
         return self._sized(stage, name, open_, size if size is not None else self._size(stage, name))
+
+    def footer_columns(self, stage: str, name: str, fragment: pads.ParquetFileFragment) -> pa.Table | None:
+        """The metadata columns an opened shard (`open_shard`) copies in its footer (`FOOTER_METADATA`), None when
+        it has no copy: a replica finds its prompts' ids and lengths there without a read per row group.
+
+        Raises:
+            DamagedShardError: the copy does not match its sha256; the shard was set aside here.
+        """
+        try:
+            return _footer_copy(fragment.metadata)
+        except _Unreadable as exc:
+            raise self._set_aside(stage, name, str(exc)) from exc
 
     def _set_aside(self, stage: str, name: str, why: str) -> DamagedShardError:
         """Move a damaged shard out of its stage and drop its commit record: readers no longer see it and a

@@ -69,10 +69,10 @@ def store_root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 def codec_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """How often Parquet is encoded (`pq.write_table`) and decoded (`pq.read_table`) in the store."""
+    """How often Parquet is encoded (`pq.ParquetWriter`) and decoded (`pq.read_table`) in the store."""
     import longeval.store
 
-    calls = {"write_table": 0, "read_table": 0}
+    calls = {"ParquetWriter": 0, "read_table": 0}
 
     def counting(name: str) -> Callable:
         real = getattr(longeval.store.pq, name)
@@ -97,13 +97,13 @@ def test_a_miss_writes_the_run_root_once_and_a_hit_is_a_hard_link(
 ) -> None:
     first, _ = _generate("model=tiny_random", f"store.root={tmp_path}", "run_name=a")
     assert first == [False] * 4
-    assert codec_calls == {"write_table": 4, "read_table": 0}  # each shard encoded once, for the run root
+    assert codec_calls == {"ParquetWriter": 4, "read_table": 0}  # each shard encoded once, for the run root
     cache = tmp_path / "_cache"
     for kind in ("instances", "_manifest/instances"):  # the cache's files are the run root's, linked
         assert _inodes(tmp_path / "a" / kind) == _inodes(cache / kind) and len(_inodes(cache / kind)) == 4
     again, root_b = _generate("model=tiny_random", f"store.root={tmp_path}", "run_name=b")
     assert again == [True] * 4
-    assert codec_calls == {"write_table": 4, "read_table": 0}  # a hit neither decodes nor encodes
+    assert codec_calls == {"ParquetWriter": 4, "read_table": 0}  # a hit neither decodes nor encodes
     for kind in ("instances", "_manifest/instances"):
         assert _inodes(tmp_path / "b" / kind) == _inodes(cache / kind)
     assert all(p.stat().st_nlink == 3 for p in (cache / "instances").glob("*.parquet"))
@@ -125,7 +125,7 @@ def test_an_s3_hit_is_a_server_side_copy(
                 for key in s3_env.keys(f"cache-s3/{prefix}/")}
 
     first, _ = _generate("model=tiny_random", f"store.root={store}", "run_name=a")
-    assert first == [False] * 4 and codec_calls["write_table"] == 4
+    assert first == [False] * 4 and codec_calls["ParquetWriter"] == 4
     keys = _keys("model=tiny_random")
     cached = objects("_cache/instances")
     assert sorted(cached) == sorted(f"{k}.parquet" for k in keys)
@@ -142,7 +142,7 @@ def test_an_s3_hit_is_a_server_side_copy(
     again, root_b = _generate("model=tiny_random", f"store.root={store}", "run_name=b")
     assert again == [True] * 4
     assert kinds == ["server-side copy"] * 8  # each shard's data and commit record: CopyObject
-    assert codec_calls == {"write_table": 4, "read_table": 0}  # nothing decoded or encoded again
+    assert codec_calls == {"ParquetWriter": 4, "read_table": 0}  # nothing decoded or encoded again
     assert sorted(objects("b/instances").values()) == sorted(cached.values())
     assert objects("b/_manifest/instances").keys() == objects("a/_manifest/instances").keys()
     assert root_b.verify("instances") == []

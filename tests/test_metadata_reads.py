@@ -149,20 +149,23 @@ def test_a_replica_given_its_shards_by_the_driver_lists_nothing(huge, monkeypatc
 
 
 def test_a_damaged_page_in_a_column_read_sets_the_shard_aside(huge) -> None:
+    """(Its metadata columns come from the footer's copy, `store.FOOTER_METADATA`: the read that reaches pages here
+    is of token ids.)"""
     root, _ = huge
     name = SHARDS[0].text
     path = root.local_path() / "instances" / f"{name}.parquet"
     import pyarrow.parquet as pq
 
-    meta = pq.ParquetFile(path).metadata
-    column = meta.schema.to_arrow_schema().get_field_index("instance_id")
-    offset = meta.row_group(0).column(column).data_page_offset + 20
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    (column,) = [group.column(i) for i in range(group.num_columns)
+                 if group.column(i).path_in_schema.startswith("prompt_token_ids.")]
+    offset = column.data_page_offset + 1000  # past the page header, into its values
     data = bytearray(path.read_bytes())
     data[offset] ^= 0xFF
     os.chmod(path, 0o644)
     path.write_bytes(bytes(data))
     with pytest.raises(DamagedShardError, match="checksum|Parquet"):
-        root.read_shard("instances", name, INSTANCE_SCHEMA, columns=["instance_id"])
+        root.read_shard("instances", name, INSTANCE_SCHEMA, columns=["prompt_token_ids"])
     assert name not in root.shard_names("instances")  # set aside: a rerun writes it again
 
 

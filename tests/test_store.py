@@ -11,7 +11,7 @@ import pytest
 
 from longeval.errors import DamagedShardError, StoreError
 from longeval.files import Location
-from longeval.records import PREDICTION_SCHEMA, Prediction
+from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, Prediction
 from longeval.store import RunRoot
 
 
@@ -362,3 +362,139 @@ def _footer_size(path: Path) -> int:
     import pyarrow.parquet as pq
 
     return pq.ParquetFile(path).metadata.serialized_size
+
+
+# -- the footer's copy of a long prompts' shard's metadata columns (issue #22) ----------------------------------
+
+
+def long_prompts(n: int = 4) -> pa.Table:
+    """Instance rows whose prompts fill a row group each (with `small_groups`), metadata columns between them."""
+    rows = [{"instance_id": f"i{k}", "family": "ruler", "task": "vt", "target_length": 4096, "input_tokens": 3000,
+             "max_new_tokens": 8 + k, "prompt": "word " * 3000, "prompt_token_ids": list(range(k, 3000 + k)),
+             "references": ["x", str(k)], "meta": "{}", "seed": 0, "shard_index": 0} for k in range(n)]
+    return pa.Table.from_pylist(rows, schema=INSTANCE_SCHEMA)
+
+
+@pytest.fixture
+def small_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row groups of 16 KiB: a prompt of 3,000 tokens is a row group of its own, as one of 1M tokens is."""
+    monkeypatch.setattr("longeval.store.ROW_GROUP_BYTES", 16 << 10)
+
+
+def rewrite(root: RunRoot, name: str, table: pa.Table, pairs: dict[bytes, bytes]) -> None:
+    """Write `instances/<name>` again as `table` in a row group a row, with key-value metadata `pairs`, and commit
+    it: the file's sha256 matches its record, so only a check of the footer's copy can catch what `pairs` hold."""
+    import hashlib
+
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, table.schema, compression="zstd", write_page_checksum=True) as writer:
+        writer.write_table(table, row_group_size=1)
+        if pairs:
+            writer.add_key_value_metadata(pairs)
+    data = sink.getvalue().to_pybytes()
+    root.write_bytes(f"instances/{name}.parquet", data)
+    root.write_json(f"_manifest/instances/{name}.json",
+                    {"rows": table.num_rows, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+
+
+def test_a_shard_of_one_row_group_is_written_as_before_without_a_copy(root: RunRoot) -> None:
+    import pyarrow.parquet as pq
+
+    from longeval.store import FOOTER_METADATA, bulky_last, rows_per_group
+
+    table = long_prompts()
+    root.write_table("instances", "s0", table)
+    sink = pa.BufferOutputStream()
+    pq.write_table(bulky_last(table), sink, compression="zstd", write_page_checksum=True,
+                   row_group_size=rows_per_group(table))
+    path = root.local_path() / "instances" / "s0.parquet"
+    assert path.read_bytes() == sink.getvalue().to_pybytes()
+    assert FOOTER_METADATA not in pq.read_metadata(path).metadata
+
+
+@pytest.mark.usefixtures("small_groups")
+def test_metadata_columns_are_answered_from_the_footer_as_the_file_holds_them(tmp_path: Path) -> None:
+    """Whatever the schema asked for (none, or the stage's), the footer's copy gives what a read of those columns
+    of the file gives, without reading their pages; the kept footer counts its copy's bytes."""
+    import pyarrow.parquet as pq
+
+    from longeval.store import FOOTER_METADATA
+
+    RunRoot(str(tmp_path)).write_table("instances", "s0", long_prompts())
+    path = tmp_path / "instances" / "s0.parquet"
+    metadata = pq.read_metadata(path)
+    assert metadata.num_row_groups == 4 and FOOTER_METADATA in metadata.metadata
+    columns = ["instance_id", "max_new_tokens", "references", "meta"]
+    for schema in (None, INSTANCE_SCHEMA):
+        root = RunRoot(str(tmp_path), remember_listings=True)
+        fragment = root._loc.parquet(root._rel("instances", "s0.parquet"))
+        expected = fragment.to_table(columns=columns, schema=schema and pa.schema(
+            [schema.field(c) for c in columns]))
+        got = root.read_stage("instances", schema, columns=columns)
+        assert got.equals(expected) and got.schema.equals(expected.schema, check_metadata=True)
+        assert root._footer_bytes == metadata.serialized_size > len(metadata.metadata[FOOTER_METADATA])
+    assert RunRoot(str(tmp_path)).read_stage("instances", INSTANCE_SCHEMA).equals(long_prompts())
+
+
+SHARD = "ruler.vt.L4096.s0.{:05d}"
+"""Instance shard names, as a replica's `PromptReader` finds them (`ShardName`)."""
+
+
+def prompts(root: RunRoot, name: str, references: bool = False) -> list:
+    """Every prompt of the shard `name` (`long_prompts`), last first, as a replica's prompt reader hands them out."""
+    from longeval.shards import ShardName
+    from longeval.stages.infer import PromptReader
+
+    reader = PromptReader(root, shards=[name], references=references)
+    try:
+        return [reader.request(f"i{k}", ShardName.parse(name).prefix) for k in (3, 2, 1, 0)]
+    finally:
+        reader.close()
+
+
+@pytest.mark.usefixtures("small_groups")
+@pytest.mark.parametrize("damage", ["bytes", "sha256"])
+def test_a_damaged_footer_copy_sets_the_shard_aside(tmp_path: Path, damage: str) -> None:
+    """A copy that does not match its sha256 is never answered from, neither by a metadata read nor by a replica's
+    prompt reader: the shard is set aside as damaged and written again by a rerun."""
+    from longeval.store import FOOTER_METADATA, bulky_last, footer_metadata
+
+    root = RunRoot(str(tmp_path))
+    table = bulky_last(long_prompts())
+    pairs = footer_metadata(table)
+    if damage == "bytes":  # a character of the copy changed (still base64), its sha256 as written
+        copy = bytearray(pairs[FOOTER_METADATA])
+        middle = len(copy) // 2
+        copy[middle] = ord("A") if copy[middle] != ord("A") else ord("B")
+        pairs[FOOTER_METADATA] = bytes(copy)
+    else:
+        pairs[b"longeval:metadata.sha256"] = b"0" * 64
+    a, b = SHARD.format(0), SHARD.format(1)
+    for name, read in ((a, lambda: root.read_shard("instances", a, INSTANCE_SCHEMA, columns=["instance_id"])),
+                       (b, lambda: prompts(root, b))):
+        rewrite(root, name, table, pairs)
+        with pytest.raises(DamagedShardError, match="footer's copy of the metadata columns does not match"):
+            read()
+        assert name not in root.shard_names("instances")
+    assert len(list((tmp_path / "_damaged" / "instances").iterdir())) == 2
+
+
+@pytest.mark.usefixtures("small_groups")
+def test_a_shard_of_several_row_groups_written_before_the_copy_is_read_from_its_columns(tmp_path: Path) -> None:
+    """Run roots and instance caches written before the copy existed keep working: their readers read the columns
+    the footer does not copy, and get what a shard with the copy gives."""
+    from longeval.store import bulky_last
+
+    root = RunRoot(str(tmp_path))
+    table = long_prompts()
+    old, new = SHARD.format(0), SHARD.format(1)
+    rewrite(root, old, bulky_last(table), {})
+    root.write_table("instances", new, table)
+    for name in (old, new):
+        read = root.read_shard("instances", name, INSTANCE_SCHEMA, columns=["instance_id", "max_new_tokens"])
+        assert read.equals(table.select(["instance_id", "max_new_tokens"]))
+    assert prompts(root, old, references=True) == prompts(root, new, references=True)
+    assert [(r.prompt_token_ids[:2], r.max_new_tokens, r.references) for r in prompts(root, old, True)] == \
+        [([k, k + 1], 8 + k, ("x", str(k))) for k in (3, 2, 1, 0)]

@@ -365,3 +365,52 @@ def test_a_stage_of_metadata_is_read_whole_at_its_first_read(meter: S3Meter, log
 
     by_method, _ = requests(meter, run)
     assert by_method == Counter({"GET": 2}), by_method
+
+
+# -- shards of long prompts: a row group per prompt, the metadata columns copied into the footer (issue #22) -----
+
+
+@pytest.fixture
+def long_prompt_shards(
+    meter: S3Meter, logged_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> tuple[str, list[str]]:
+    """N instance shards of 4 long prompts, a row group each (as a shard of 64K-token prompts is): their metadata
+    columns lie in every row group, between the prompts."""
+    import pyarrow.parquet as pq
+
+    monkeypatch.setattr("longeval.store.ROW_GROUP_BYTES", 16 << 10)
+    uri = f"s3://{logged_server.bucket}/{PREFIX}/long-{time.time_ns()}"
+    names = shards(RunRoot(uri), N)
+    assert pq.read_metadata(pa.BufferReader(RunRoot(uri).read_bytes(f"instances/{names[0]}.parquet"))
+                            ).num_row_groups == 4
+    return uri, names
+
+
+def test_a_metadata_read_of_a_long_prompts_shard_is_its_footer(meter: S3Meter, long_prompt_shards) -> None:
+    """The metadata columns come from the footer's copy: one footer read per shard (one GET, two for a footer over
+    64 KiB), not one range per row group."""
+    from longeval.records import INSTANCE_SCHEMA
+
+    uri, names = long_prompt_shards
+    root = RunRoot(uri, remember_listings=True)
+    files, _ = per_file(meter, lambda: root.read_stage("instances", INSTANCE_SCHEMA, columns=[*META, "references"]),
+                        uri.split("/", 3)[3])
+    read = {name: c for name, c in files.items() if name.startswith("instances/")}
+    assert len(read) == N and all(set(c) == {"GET"} and c["GET"] <= 2 for c in read.values()), read
+    table = root.read_stage("instances", INSTANCE_SCHEMA, columns=["instance_id", "references"])
+    assert table["instance_id"].to_pylist() == [f"{k}-{i}" for k in range(N) for i in range(4)]
+
+
+def test_a_replica_reads_a_long_prompts_shard_in_a_get_per_prompt(
+    meter: S3Meter, long_prompt_shards, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica's k prompts of a shard: its footer (ids and `max_new_tokens` from its copy), then one GET per
+    prompt, its token ids alone: at most k + 2 requests per shard (it was a GET per row group for the ids and two
+    per prompt)."""
+    monkeypatch.setattr("longeval.store.WHOLE_READ_BYTES", 0)
+    uri, names = long_prompt_shards
+    sizes = RunRoot(uri, remember_listings=True).shard_sizes("instances")
+    files, listings = per_file(meter, lambda: _read_every_prompt(uri, names, sizes), uri.split("/", 3)[3])
+    read = {name: c for name, c in files.items() if name.startswith("instances/")}
+    assert not listings and len(read) == N and all(set(c) == {"GET"} and c["GET"] <= 4 + 2 for c in read.values()), \
+        read

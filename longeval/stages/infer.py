@@ -26,7 +26,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -292,9 +292,25 @@ def _malloc_trim() -> Any:
         return None
 
 
+@dataclass
+class _OpenShard:
+    """An instance shard a `PromptReader` is on: its footer, and the metadata columns the footer copies."""
+
+    file: Any
+    """The shard opened for reading row groups (`RunRoot.open_shard`)."""
+    metadata: pa.Table | None
+    """Its ids, `max_new_tokens` (and `references`) from the footer's copy (`store.FOOTER_METADATA`); None for a
+    shard without one (one row group, or written before the copy existed): they are read from its row groups."""
+
+
 class PromptReader:
     """Reads a replica's prompts and nothing else: of each instance shard, its ids first, then only the row
     groups that hold the prompts asked for (`store.ROW_GROUP_BYTES` each).
+
+    On S3 (one range per request) a shard of long prompts costs its footer read (one or two GETs), which copies its
+    ids and prompts' `max_new_tokens` (`store.FOOTER_METADATA`), then one GET per prompt's row group, its token ids
+    alone; a shard without the copy reads its ids from every row group and two ranges per row group (the metadata
+    columns lie around the prompt text).
 
     A replica's prompts come shard by shard (`schedule`, and the queue's shard affinity), so it keeps only the
     shards it is on: `open_files` of them (a footer each, a few KB), and of those at most `group_bytes` of decoded
@@ -306,8 +322,9 @@ class PromptReader:
                  open_files: int = OPEN_SHARDS,
                  group_bytes: int = PROMPT_GROUP_BYTES, references: bool = False) -> None:
         self.root, self.open_files_max, self.group_bytes_max = root, open_files, group_bytes
-        self.columns = ["prompt_token_ids", "max_new_tokens", *(["references"] if references else [])]
-        """`references` only for the stand-in engine, whose canned answers are some of them."""
+        self.metadata_columns = ["max_new_tokens", *(["references"] if references else [])]
+        """What a request takes besides the token ids; `references` only for the stand-in engine, whose canned
+        answers are some of them."""
         self.by_prefix: dict[str, list[str]] = {}  # a generated shard's name -> it and its follow-up shards
         # The driver's names when it gave them: a replica then lists nothing (on S3, one listing per command,
         # not one per replica); with their sizes, it opens each without a HEAD request.
@@ -315,8 +332,9 @@ class PromptReader:
                                              dict(shards) if isinstance(shards, Mapping) else dict.fromkeys(shards))
         for name in sorted(self.sizes):
             self.by_prefix.setdefault(ShardName.parse(name).prefix, []).append(name)
-        self.where: dict[str, dict[str, tuple[int, int]]] = {}  # shard -> instance id -> (row group, row in it)
-        self.files: OrderedDict[str, Any] = OrderedDict()
+        self.where: dict[str, dict[str, tuple[int, int, int]]] = {}
+        """shard -> instance id -> (row group, row in it, row in the file)."""
+        self.files: OrderedDict[str, _OpenShard] = OrderedDict()
         self.groups: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
         self.group_bytes = 0
 
@@ -324,39 +342,47 @@ class PromptReader:
         for name in self.by_prefix.get(prefix, ()):
             found = self._index(name).get(instance_id)
             if found is not None:
-                group = self._group(name, found[0])
-                row = found[1]
+                g, row, file_row = found
+                group, copied = self._group(name, g), self._file(name).metadata
+                metadata, at = (group, row) if copied is None else (copied, file_row)
                 values = group["prompt_token_ids"][row].values
                 if len(values) >= RELEASE_BEFORE_TOKENS:
                     release_freed_memory()
                 ids = values.to_numpy(zero_copy_only=False).tolist()
-                refs = tuple(group["references"][row].as_py()) if "references" in self.columns else ()
-                return Request(instance_id, ids, int(group["max_new_tokens"][row].as_py()), refs)
+                refs = tuple(metadata["references"][at].as_py()) if "references" in self.metadata_columns else ()
+                return Request(instance_id, ids, int(metadata["max_new_tokens"][at].as_py()), refs)
         raise LongevalError(f"instance {instance_id} is in no committed instance shard {prefix} (or its follow-ups)")
 
-    def _file(self, name: str) -> Any:
+    def _file(self, name: str) -> _OpenShard:
         if name not in self.files:
-            self.files[name] = self.root.open_shard("instances", name, size=self.sizes.get(name))
+            file = self.root.open_shard("instances", name, size=self.sizes.get(name))
+            copied = self.root.footer_columns("instances", name, file)
+            self.files[name] = _OpenShard(
+                file, None if copied is None else copied.select(["instance_id", *self.metadata_columns]))
             if len(self.files) > self.open_files_max:
                 self.files.popitem(last=False)
         self.files.move_to_end(name)
         return self.files[name]
 
-    def _index(self, name: str) -> dict[str, tuple[int, int]]:
+    def _index(self, name: str) -> dict[str, tuple[int, int, int]]:
         if name not in self.where:
-            file = self._file(name)
-            ids = iter(file.to_table(columns=["instance_id"])["instance_id"].to_pylist())
-            self.where[name] = {next(ids): (g, row) for g in range(file.metadata.num_row_groups)
-                                for row in range(file.metadata.row_group(g).num_rows)}
+            shard = self._file(name)
+            ids = (shard.file.to_table(columns=["instance_id"]) if shard.metadata is None
+                   else shard.metadata)["instance_id"].to_pylist()
+            footer = shard.file.metadata
+            places = [(g, row) for g in range(footer.num_row_groups) for row in range(footer.row_group(g).num_rows)]
+            self.where[name] = {id_: (g, row, at) for at, (id_, (g, row)) in enumerate(zip(ids, places, strict=True))}
         return self.where[name]
 
     def _group(self, name: str, g: int) -> pa.Table:
         key = (name, g)
         if key not in self.groups:
-            self.groups[key] = self._file(name).subset(row_group_ids=[g]).to_table(columns=self.columns)
+            shard = self._file(name)
+            columns = ["prompt_token_ids", *(self.metadata_columns if shard.metadata is None else [])]
+            self.groups[key] = shard.file.subset(row_group_ids=[g]).to_table(columns=columns)
             self.group_bytes += self.groups[key].nbytes
             while len(self.groups) > 1 and (self.group_bytes > self.group_bytes_max
-                                            or len({shard for shard, _ in self.groups}) > self.open_files_max):
+                                            or len({n for n, _ in self.groups}) > self.open_files_max):
                 self.group_bytes -= self.groups.popitem(last=False)[1].nbytes
         self.groups.move_to_end(key)
         return self.groups[key]
