@@ -136,6 +136,16 @@ def cmd_run(overrides: list[str], stages: tuple[str, ...]) -> int:
     return 0
 
 
+def cmd_check(overrides: list[str]) -> None:
+    """Load the overrides as `run` would, and nothing more: a batch script asks this before it brings up a Ray
+    cluster, so a mistyped task or suite fails in seconds instead of after the allocation's cluster start."""
+    from longeval.config import load_config
+
+    cfg = load_config(overrides)
+    console.print(f"config ok: model {cfg.model.name}, {len(cfg.suite.tasks)} tasks x {len(cfg.suite.lengths)} "
+                  f"lengths x {cfg.suite.samples} samples -> {cfg.run_root}", soft_wrap=True)
+
+
 def cmd_plan(overrides: list[str]) -> None:
     from longeval.capacity import check_runnable, find_model_arch, format_bytes, kv_cache_dtype_bytes, kv_cache_tokens
     from longeval.config import load_config
@@ -518,6 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, help_text in (
         ("run", "generate, infer, score and report"),
         ("plan", "print the shards and pools a run would use, without running"),
+        ("check", "load the overrides as run would (a mistyped task or suite is an error) and run nothing"),
         ("generate", "write the instances only"),
         ("infer", "run the engine on instances without predictions"),
         ("score", "score the predictions"),
@@ -528,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
         stages = ("generate", "infer", "score", "report") if name == "run" else (name,)
         p.set_defaults(func=lambda a, stages=stages: cmd_run(a.overrides, stages))
     sub.choices["plan"].set_defaults(func=lambda a: cmd_plan(a.overrides))
+    sub.choices["check"].set_defaults(func=lambda a: cmd_check(a.overrides))
     report = sub.choices["report"]
     report.description = ("`longeval report [overrides]` summarises the run root the overrides name and prints its "
                           "tables; `longeval report RUN_ROOT [RUN_ROOT ...] -o report.html` writes a self-contained "

@@ -234,11 +234,11 @@ class Lease:
         latest = current(self.root)
         if latest is not None and latest.generation == self.holder.generation:
             return True
-        if not self.lost:
-            self.lost = True
+        if not self.lost:  # said before it is set: whoever sees `lost` finds the reason already logged
             log.error("lost the lease of %s: %s took it over (this run missed its heartbeat for longer than "
                       "%s); two runs may now write this root", self.root.uri,
                       latest.describe(time.time()) if latest else "another process", _ago(self.holder.stale_s))
+            self.lost = True
         return False
 
     def renew(self) -> bool:

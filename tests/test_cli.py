@@ -29,6 +29,17 @@ def test_plan_prints_shards_and_pools_without_running(capsys, tmp_path, smollm2_
     assert not any(tmp_path.iterdir())  # nothing written
 
 
+def test_check_loads_the_overrides_and_runs_nothing(capsys, tmp_path):
+    """What a batch script asks before it starts Ray (cluster/slurm/longeval.sbatch)."""
+    code, text = _run(capsys, "check", "model=tiny_random", "suite.tasks=[niah_single_1,vt]",
+                      f"store.root={tmp_path}", "run_name=checked")
+    assert code == 0, text
+    assert "config ok: model tiny-random, 2 tasks" in text and str(tmp_path / "checked") in text
+    code, text = _run(capsys, "check", "model=tiny_random", "suite.tasks=[niah_single_9]", f"store.root={tmp_path}")
+    assert code == 2 and "error: unknown task 'niah_single_9'" in text
+    assert not any(tmp_path.iterdir())  # nothing written either way
+
+
 def test_plan_estimates_gpu_hours_and_they_grow_with_length(capsys, tmp_path):
     hours = []
     for lengths in ("[4096]", "[131072]"):
