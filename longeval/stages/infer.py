@@ -91,12 +91,26 @@ def infer(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None
     return ran
 
 
+def first_calls(root: RunRoot, meta: pa.Table) -> pa.Table:
+    """The rows of `meta` (instance metadata, `pending_predictions`) in generated shards, without the follow-up
+    calls of two-call tasks: what a pool is sized from. Follow-ups appear round by round, so sizing from them
+    would change a pool's settings between its rounds and restart its engines for each follow-up round (minutes
+    for a large model); an uninterrupted run and a resumed one size the same either way."""
+    followups = [n for n in root.shard_names("instances") if ShardName.parse(n).followup]
+    if not followups:
+        return meta
+    ids = root.read_stage("instances", INSTANCE_SCHEMA, columns=["instance_id"], names=followups)["instance_id"]
+    return meta.filter(pc.invert(pc.is_in(meta["instance_id"], value_set=ids)))
+
+
 def _infer_round(cfg: Config, plan: Plan, root: RunRoot, engines: Engines, progress=None) -> int:
     meta, done = pending_predictions(root)
     meta = in_plan(cfg, meta)  # a root reused with a smaller suite keeps other instances, which are not run
+    generated = first_calls(root, meta)
     ran = 0
     for pool in plan.pools:
-        mine = meta.filter(pc.is_in(meta["target_length"], value_set=pa.array(pool.lengths, pa.int64())))
+        in_pool = pa.array(pool.lengths, pa.int64())
+        mine = meta.filter(pc.is_in(meta["target_length"], value_set=in_pool))
         todo = mine.filter(pa.array([i not in done for i in mine["instance_id"].to_pylist()], pa.bool_()))
         if not todo.num_rows:
             continue
@@ -107,7 +121,7 @@ def _infer_round(cfg: Config, plan: Plan, root: RunRoot, engines: Engines, progr
         send = record_too_long(cfg, pool, todo, root)
         ran += todo.num_rows - send.num_rows
         if send.num_rows:
-            pool = engines.size(pool, mine)
+            pool = engines.size(pool, generated.filter(pc.is_in(generated["target_length"], value_set=in_pool)))
             with root.written_elsewhere("predictions") as replicas_wrote:  # (a restart lists what they finished)
                 if cfg.model.engine == "openai":
                     ran += _infer_api(cfg, pool, send, root, engines.model_path, progress)

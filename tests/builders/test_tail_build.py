@@ -5,6 +5,8 @@ preceding segment, and resume."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -85,3 +87,6 @@ def test_the_judge_maps_what_the_parser_cannot(tmp_path, tiny_model_path):
     assert head["judge_mapped"] == sum(1 for s in scores if s["instance_id"] in judged_ids
                                        and s["error_type"] != "unmapped")
     assert result.status["complete"]
+    # one engine ran the answers and the judge's calls (a pool is sized from its first calls)
+    [record] = [json.loads(p.read_text()) for p in (Path(cfg.run_root) / "engines").glob("*.json")]
+    assert record["stats"]["runs"] == 2, record["stats"]

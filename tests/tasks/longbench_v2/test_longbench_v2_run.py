@@ -4,6 +4,7 @@ tiny random model (junk answers: mostly invalid, which is what the compensated a
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -61,6 +62,9 @@ def test_cot_asks_twice_and_scores_only_the_answer_call(tmp_path, tiny_model_pat
     scores = root.read_stage("scores", SCORE_SCHEMA)
     assert sorted(scores["instance_id"].to_pylist()) == sorted(a["instance_id"] for a in answers)
     assert result.tables["longbench_v2"].to_pylist()[0]["n"] == 4
+    # one engine ran both calls: a pool is sized from its first calls, so the answer calls' round keeps it
+    [record] = [json.loads(p.read_text()) for p in (Path(cfg.run_root) / "engines").glob("*.json")]
+    assert record["stats"]["runs"] == 2 and record["stats"]["requests"] == 8, record["stats"]
     # a rerun finds every chain complete: nothing new is generated or sent
     assert run(cfg).summary.equals(result.summary)
     assert len(root.read_stage("instances", INSTANCE_SCHEMA)) == 8
