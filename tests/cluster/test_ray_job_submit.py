@@ -18,9 +18,7 @@ from tests.cluster.cluster_helpers import (
     JOB_TIMEOUT_S,
     RAY_CLUSTER_SH,
     REPO,
-    TINY_OVERRIDES,
     assert_cluster_came_up_and_job_succeeded,
-    assert_tiny_run,
     job_env,
     new_tag,
     short_tmpdir,
@@ -51,18 +49,6 @@ def _run_on_loopback_cluster(overrides: list[str]) -> tuple[subprocess.Completed
     return result, tag, seconds
 
 
-def test_job_runs_the_quick_suite_on_a_loopback_ray_cluster(tiny_model_path, tmp_path):
-    store = tmp_path / "runs"
-    result, _, seconds = _run_on_loopback_cluster([*TINY_OVERRIDES, f"store.root={store}", "run_name=submitted"])
-    log = result.stdout
-    assert result.returncode == 0, log[-5000:]
-    assert_cluster_came_up_and_job_succeeded(log, cpus=2)
-    assert_tiny_run(store / "submitted")
-    # the checkout went up as the job's working dir (what it leaves behind: test_cluster_configs.py)
-    assert re.search(r"Uploading package gcs://_ray_pkg_\w+\.zip", log), log[:5000]
-    print(f"ray job submit on loopback: {seconds:.0f} s\n{log[-2500:]}")
-
-
 def test_the_scripts_exit_code_is_the_jobs(tmp_path):
     result, _, _ = _run_on_loopback_cluster([*BAD_OVERRIDES, f"store.root={tmp_path}"])
     log = result.stdout
@@ -74,7 +60,8 @@ def test_the_scripts_exit_code_is_the_jobs(tmp_path):
 
 def test_an_adaptive_run_with_a_pool_per_length_bucket_runs_as_a_job(tiny_model_path, tmp_path):
     """Issue #15: adaptive rounds are the pipeline's own stages, so they run under `ray job submit` and feed one
-    engine pool per length bucket like a full sweep."""
+    engine pool per length bucket like a full sweep. The cluster's life around the job is checked here too (a
+    plain suite as a job: tests/cluster/test_slurm.py, through the same `rc_submit`)."""
     import json
 
     import pyarrow.parquet as pq
@@ -83,10 +70,15 @@ def test_an_adaptive_run_with_a_pool_per_length_bucket_runs_as_a_job(tiny_model_
     overrides = ["model=tiny_random", "suite=quick", "suite.tasks=[niah_single_1]", "suite.lengths=[1024,2048]",
                  "suite.samples=12", "suite.shard_size=1", "model.max_num_seqs=2", "suite.adaptive=true",
                  "cluster.bucket_edges=[1024]", f"store.root={store}", "run_name=adaptive"]
-    result, _, _ = _run_on_loopback_cluster(overrides)
+    result, _, seconds = _run_on_loopback_cluster(overrides)
     log = result.stdout
     assert result.returncode == 0, log[-5000:]
+    assert_cluster_came_up_and_job_succeeded(log, cpus=2)
+    # the checkout went up as the job's working dir (what it leaves behind: test_cluster_configs.py)
+    assert re.search(r"Uploading package gcs://_ray_pkg_\w+\.zip", log), log[:5000]
+    print(f"ray job submit on loopback: {seconds:.0f} s\n{log[-2500:]}")
     root = store / "adaptive"
+    assert (root / "summary.json").is_file() and (root / "config.yaml").is_file()
     cells = json.loads((root / "adaptive.json").read_text())["cells"]
     # the tiny model scores 0: each cell is decided below after its second round of 1, before the cap of 12 (two
     # failures leave the other ten short of 85.6 % of 12)
