@@ -64,8 +64,11 @@ def test_every_replica_gets_a_fair_share_on_its_own_node(replicated):
     assert preds.num_rows == 72 and set(preds["error"].to_pylist()) == {""}
     per_replica = Counter(preds["replica"].to_pylist())
     assert sorted(per_replica) == ["pool0/r0", "pool0/r1"]
+    # Dynamic dispatch: a replica takes the next prompts when its engine has room, so the split follows the
+    # replicas' speed, which a loaded CI machine makes unequal (CI once saw 51 and 21 of 72). Each gets a real
+    # share; an equal split on equal replicas is measured in benchmarks/ (dispatch), not timed here.
     for replica, n in per_replica.items():
-        assert 0.75 * 36 <= n <= 1.25 * 36, (replica, n)
+        assert n >= 0.25 * 72, (replica, n)
     nodes = {r: set(preds.filter(pc.equal(preds["replica"], r))["node"].to_pylist()) for r in per_replica}
     assert all(len(n) == 1 for n in nodes.values())
     assert nodes["pool0/r0"] != nodes["pool0/r1"]  # one replica on each node
