@@ -176,6 +176,29 @@ class _Unreadable(Exception):
     """A shard's bytes are there but are not its Parquet (kept apart from OSError, which the store retries)."""
 
 
+_DAMAGED_PAGE = {
+    "page integrity": "a page's checksum does not match its bytes",
+    "deserialize thrift": "a page header is not readable",
+    "invalid page header": "a page header is not readable",
+    "page was smaller": "a page is shorter than its header says",
+    "corrupt data page": "a page is shorter than its header says",
+    "decompression failed": "a page does not decompress",
+    "unknown encoding": "a page's encoding is not readable",
+}
+"""What Arrow's Parquet reader says of damaged page bytes (found by flipping bytes of a shard's pages; its CRC
+check catches a damaged value, the others a damaged header), and what the set-aside message says instead."""
+
+
+def _damaged_page(exc: OSError) -> _Unreadable | None:
+    """The damage a read error reports in the bytes it read; None for the store's own errors (which are retried
+    when transient, then a StoreError)."""
+    text = str(exc).lower()
+    for marker, why in _DAMAGED_PAGE.items():
+        if marker in text:
+            return _Unreadable(f"{why} ({str(exc).splitlines()[0]})")
+    return None
+
+
 @dataclass(frozen=True)
 class CopiedShard:
     """What `RunRoot.copy_shard` published: the shard's rows and bytes (from its commit record), and how the data
@@ -486,9 +509,7 @@ class RunRoot:
             except pa.ArrowInvalid as exc:
                 raise _Unreadable(f"it is not readable Parquet ({str(exc).splitlines()[0]})") from exc
             except OSError as exc:
-                if "page integrity" in str(exc):  # Parquet's CRC of a page we read does not match its bytes
-                    raise _Unreadable("a page's checksum does not match its bytes") from exc
-                raise  # the store's own errors: retried when transient, then a StoreError
+                raise (_damaged_page(exc) or exc) from exc
 
         return self._sized(stage, name, read, size)
 
@@ -531,9 +552,30 @@ class RunRoot:
                 fragment.ensure_complete_metadata()
             except pa.ArrowInvalid as exc:
                 raise _Unreadable(f"it is not readable Parquet ({str(exc).splitlines()[0]})") from exc
+            except OSError as exc:
+                raise (_damaged_page(exc) or exc) from exc
             return fragment
 
         return self._sized(stage, name, open_, size if size is not None else self._size(stage, name))
+
+    def read_row_group(self, stage: str, name: str, fragment: pads.ParquetFileFragment, group: int,
+                       columns: list[str]) -> pa.Table:
+        """`columns` of one row group of a shard opened with `open_shard`: only their ranges are read, through the
+        store's retries, pages checked against their checksums.
+
+        Raises:
+            DamagedShardError: a page it read is damaged; the shard was set aside here.
+        """
+        def read() -> pa.Table:
+            try:
+                return fragment.subset(row_group_ids=[group]).to_table(columns=columns)
+            except OSError as exc:
+                raise (_damaged_page(exc) or exc) from exc
+
+        try:
+            return self._loc.call(f"read {self.path(stage, name + _PARQUET)}", read)
+        except _Unreadable as exc:
+            raise self._set_aside(stage, name, str(exc)) from exc
 
     def footer_columns(self, stage: str, name: str, fragment: pads.ParquetFileFragment) -> pa.Table | None:
         """The metadata columns an opened shard (`open_shard`) copies in its footer (`FOOTER_METADATA`), None when

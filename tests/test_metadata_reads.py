@@ -148,9 +148,13 @@ def test_a_replica_given_its_shards_by_the_driver_lists_nothing(huge, monkeypatc
     reader.close()
 
 
-def test_a_damaged_page_in_a_column_read_sets_the_shard_aside(huge) -> None:
-    """(Its metadata columns come from the footer's copy, `store.FOOTER_METADATA`: the read that reaches pages here
-    is of token ids.)"""
+@pytest.mark.parametrize("reader", ["column read", "replica's prompt read"])
+@pytest.mark.parametrize(("damage", "offset"), [("value", 1000), ("header", 3)])
+def test_a_damaged_page_sets_the_shard_aside(huge, reader: str, damage: str, offset: int) -> None:
+    """A damaged value fails the page's checksum, a damaged header its decoding (a thrift error, once a plain
+    StoreError that left the shard in place). Either way the shard is set aside, so a rerun writes it again.
+    (Metadata columns come from the footer's copy, `store.FOOTER_METADATA`: the read that reaches pages here is of
+    token ids.)"""
     root, _ = huge
     name = SHARDS[0].text
     path = root.local_path() / "instances" / f"{name}.parquet"
@@ -159,13 +163,16 @@ def test_a_damaged_page_in_a_column_read_sets_the_shard_aside(huge) -> None:
     group = pq.ParquetFile(path).metadata.row_group(0)
     (column,) = [group.column(i) for i in range(group.num_columns)
                  if group.column(i).path_in_schema.startswith("prompt_token_ids.")]
-    offset = column.data_page_offset + 1000  # past the page header, into its values
     data = bytearray(path.read_bytes())
-    data[offset] ^= 0xFF
+    data[column.data_page_offset + offset] ^= 0xFF  # the header starts at the page's offset, its values follow
     os.chmod(path, 0o644)
     path.write_bytes(bytes(data))
-    with pytest.raises(DamagedShardError, match="checksum|Parquet"):
-        root.read_shard("instances", name, INSTANCE_SCHEMA, columns=["prompt_token_ids"])
+    with pytest.raises(DamagedShardError, match="set aside") as raised:
+        if reader == "column read":
+            root.read_shard("instances", name, INSTANCE_SCHEMA, columns=["prompt_token_ids"])
+        else:
+            PromptReader(root).request("0-0", SHARDS[0].prefix)
+    assert ("checksum" if damage == "value" else "header") in str(raised.value)
     assert name not in root.shard_names("instances")  # set aside: a rerun writes it again
 
 

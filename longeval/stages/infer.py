@@ -393,7 +393,7 @@ class PromptReader:
         if key not in self.groups:
             shard = self._file(name)
             columns = ["prompt_token_ids", *(self.metadata_columns if shard.metadata is None else [])]
-            self.groups[key] = shard.file.subset(row_group_ids=[g]).to_table(columns=columns)
+            self.groups[key] = self.root.read_row_group("instances", name, shard.file, g, columns)
             self.group_bytes += self.groups[key].nbytes
             while len(self.groups) > 1 and (self.group_bytes > self.group_bytes_max
                                             or len({n for n, _ in self.groups}) > self.open_files_max):
