@@ -101,3 +101,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     one worker), and a long one handed out last would keep one worker busy while the other idles."""
     slow = {item.path for item in items if item.get_closest_marker("engine")}
     items.sort(key=lambda item: item.path not in slow)  # stable: the order within a file is kept
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A passing session's scratch is removed: a full suite leaves gigabytes there (runs, Ray's logs, the S3
+    server's volumes), and a machine that runs the suite from many checkouts ran out of disk. A failing one's is
+    kept for debugging, pruned by a later session an hour on."""
+    scratch = Path(os.environ["TMPDIR"])
+    owner = scratch / _OWNER_FILE
+    if exitstatus != 0 or hasattr(session.config, "workerinput") or not owner.is_file():
+        return
+    if owner.read_text() == str(os.getpid()):
+        shutil.rmtree(scratch, ignore_errors=True)
