@@ -12,14 +12,21 @@ tiny model's, i.e. SmolLM2's) and committing them through `RunRoot.write_table` 
 
 * at every length: the committed shard's bytes per instance, generation CPU-seconds per instance (process CPU
   time, steady state: a warm-up instance of the cell comes first) and the warm-up's extra CPU-seconds;
-* a generation actor's peak RSS above its start (tokenizer and corpora loaded) per token of the largest shard:
-  a shard's rows stay Python objects until the shard is encoded and written;
+* what the task keeps in a generation actor once it has built a shard (its corpora and caches: the essay split,
+  word lists), and the actor's peak RSS above that per token of the largest shard: a shard's rows stay Python
+  objects until the shard is encoded and written;
 * the instance metadata in Arrow per instance (every column but `prompt` and `prompt_token_ids`);
 * one prompt's token ids as the replica builds them (`to_pylist` of the Arrow column), bytes per token
   (tracemalloc).
 
+Per family: what one process keeps once it has built a shard of each of the family's tasks (an actor builds
+every task of the suite, and tasks share corpora: a sum of their own figures would count the essays several
+times).
+
 Once: predictions and scores of synthetic rows through the same codec (outputs are distinct stretches of the
-default essay corpus, decoded), and the RSS of a fresh process that imported Ray, Ray Data and the pipeline.
+default essay corpus, decoded), the RSS of a fresh process that imported Ray, Ray Data and the pipeline, and a
+real generation actor's RSS once started (a Ray Data actor holding `ShardGenerator`: Ray's worker, the imports and
+the tokenizer).
 
 `--write` stores the per-task tables in longeval/sizing_figures.json with the run's provenance; the scalar
 figures printed at the end are named constants in longeval/sizing.py. benchmarks/README.md (`sizing_figures.py`)
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import platform
@@ -58,6 +66,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", default=None, metavar="PATH", help="also write every raw figure to this JSON file")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--driver-child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--family-child", nargs="+", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--actor-child", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -112,12 +122,9 @@ def measure_task(args: argparse.Namespace) -> dict:
     task = args.child
     start_rss = rss_bytes()
     out: dict = {"task": task, "start_rss": start_rss, "lengths": {}, "skipped": {}}
-    for length in sorted(args.lengths):  # the actor's own start (corpora, caches), at the first length it can do
-        try:
-            generate_shard(ctx, ShardSpec(task, length, 7, 0, 0, 1))
-            break
-        except LongevalError:
-            continue
+    warm_up(ctx, task, args.lengths)  # the task's own start in an actor (corpora, caches)
+    gc.collect()
+    resident_rss = out["resident_rss"] = rss_bytes()
     with tempfile.TemporaryDirectory(prefix="sizing-") as tmp:
         root = RunRoot(tmp)
         for length in sorted(args.lengths):
@@ -144,10 +151,60 @@ def measure_task(args: argparse.Namespace) -> dict:
                 "arrow_bytes": table.nbytes, "ids_arrow_bytes": table["prompt_token_ids"].nbytes,
                 "metadata_arrow_bytes": table.drop_columns(["prompt", "prompt_token_ids"]).nbytes,
                 "pylist_bytes_per_token": py_bytes / max(1, len(as_list)),
-                "peak_rss_above_start": peak_rss_bytes() - start_rss,
+                "peak_rss_above_resident": peak_rss_bytes() - resident_rss,
             }
             del table, as_list
     return out
+
+
+def warm_up(ctx, task: str, lengths: list[int]) -> None:
+    """One instance of `task` at the shortest length it can generate: what it loads stays in the process."""
+    from longeval.errors import LongevalError
+    from longeval.plan import ShardSpec
+    from longeval.stages.generate import generate_shard
+
+    for length in sorted(lengths):
+        try:
+            generate_shard(ctx, ShardSpec(task, length, 7, 0, 0, 1))
+            return
+        except LongevalError:
+            continue
+
+
+def measure_family(args: argparse.Namespace) -> dict:
+    """What one process keeps once it has built a shard of each of these tasks (a family's), in this process."""
+    ctx = context(model_path(args))
+    start_rss = rss_bytes()
+    for task in args.family_child:
+        warm_up(ctx, task, args.lengths)
+    gc.collect()
+    return {"resident_bytes": rss_bytes() - start_rss}
+
+
+def actor_child(args: argparse.Namespace) -> dict:
+    """A real generation actor's RSS once started: `ShardGenerator` in a Ray Data actor on a local Ray."""
+    import numpy as np
+    import ray
+    import ray.data
+
+    from longeval.config import load_config
+    from longeval.stages.generate import ShardGenerator
+
+    path = model_path(args)
+
+    class Probe:
+        def __init__(self) -> None:
+            self.generator = ShardGenerator(load_config(["model=tiny_random"]), path, tempfile.mkdtemp())
+
+        def __call__(self, batch: dict) -> dict:
+            return {"rss": np.array([rss_bytes()])}
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        rows = ray.data.from_items([{"x": 0}]).map_batches(Probe, concurrency=1, batch_size=1).take_all()
+    finally:
+        ray.shutdown()
+    return {"actor_start_rss": int(rows[0]["rss"])}
 
 
 # -- driver, predictions and scores (once) ----------------------------------------------------------------
@@ -240,14 +297,16 @@ def table_for(task: dict) -> dict:
         "disk_bytes": [round(c["disk_bytes"] / c["n"]) for _, c in cells],
         "cpu_s": [round(c["cpu_s"] / c["n"], 6) for _, c in cells],
         "warmup_cpu_s": [round(c["warmup_cpu_s"], 6) for _, c in cells],
-        "build_bytes_per_token": round(big["peak_rss_above_start"] / big["tokens"], 1),
+        "resident_bytes": task["resident_rss"] - task["start_rss"],
+        "build_bytes_per_token": round(big["peak_rss_above_resident"] / big["tokens"], 1),
         "metadata_bytes": round(statistics.fmean(c["metadata_arrow_bytes"] / c["n"] for _, c in cells)),
     }
 
 
-def dump_figures(provenance: str, tables: dict) -> str:
+def dump_figures(provenance: str, tables: dict, families: dict[str, int]) -> str:
     """sizing_figures.json: one line per task and figure, so a new measurement's diff reads task by task."""
-    lines = ["{", f'  "measured": {json.dumps(provenance)},', '  "tasks": {']
+    lines = ["{", f'  "measured": {json.dumps(provenance)},', f'  "families": {json.dumps(families)},',
+             '  "tasks": {']
     for i, (task, table) in enumerate(tables.items()):
         fields = [f'    "{key}": {json.dumps(value)}' for key, value in table.items()]
         end = "," if i < len(tables) - 1 else ""
@@ -270,6 +329,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.driver_child:
         print(json.dumps(driver_child()))
         return 0
+    if args.family_child:
+        print(json.dumps(measure_family(args)))
+        return 0
+    if args.actor_child:
+        print(json.dumps(actor_child(args)))
+        return 0
     raw, tables, skipped = {}, {}, {}
     for task in args.tasks or default_tasks():
         began = time.perf_counter()
@@ -283,7 +348,12 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 skipped[task] = next(iter(raw[task]["skipped"].values()), "no length generated")
         print(f"  .. {task:<34} {time.perf_counter() - began:6.1f} s", file=sys.stderr, flush=True)
+    families = {}
+    for family in sorted({task.split("/")[0] for task in tables}):
+        members = [task for task in tables if task.split("/")[0] == family]
+        families[family] = run_child(args, "--family-child", *members)["resident_bytes"]
     driver = run_child(args, "--driver-child")
+    actor = run_child(args, "--actor-child")
     outputs = measure_outputs(model_path(args))
 
     print(f"lengths {args.lengths}, {args.n} instances per shard, tokenizer {model_path(args)}")
@@ -291,16 +361,20 @@ def main(argv: list[str] | None = None) -> int:
     for task, t in tables.items():
         for length, disk, cpu, warm in zip(t["lengths"], t["disk_bytes"], t["cpu_s"], t["warmup_cpu_s"], strict=True):
             print(f"{task:<34} {length:>9,} {disk:>12,} {disk / length:>8.3f} {cpu:>10.4f} {warm:>9.3f}")
-        print(f"{task:<34} build {t['build_bytes_per_token']} B/token, metadata {t['metadata_bytes']} B/instance")
+        print(f"{task:<34} keeps {t['resident_bytes'] / 2**20:.1f} MiB, build {t['build_bytes_per_token']} B/token, "
+              f"metadata {t['metadata_bytes']} B/instance")
+    for family, kept in families.items():
+        own = sum(t["resident_bytes"] for task, t in tables.items() if task.split("/")[0] == family)
+        print(f"{family}: an actor that built all its tasks keeps {kept / 2**20:.1f} MiB (their own figures sum to "
+              f"{own / 2**20:.1f} MiB)")
     for task, why in skipped.items():
         print(f"{task}: not measured ({why[:160]})")
     pylist = [c["pylist_bytes_per_token"] for r in raw.values() for c in r["lengths"].values()]
     ids_arrow = [c["ids_arrow_bytes"] / c["tokens"] for r in raw.values() for c in r["lengths"].values()]
-    starts = [r["start_rss"] for r in raw.values()]
     print("\n# scalar figures (named constants in longeval/sizing.py)")
     print(f"PYLIST_BYTES_PER_TOKEN: {min(pylist):.1f}-{max(pylist):.1f}")
     print(f"ids column in Arrow, B/token: {min(ids_arrow):.2f}-{max(ids_arrow):.2f}")
-    print(f"GENERATION_ACTOR_START_BYTES: {min(starts) / 2**20:.0f}-{max(starts) / 2**20:.0f} MiB")
+    print(f"GENERATION_ACTOR_START_BYTES: {actor['actor_start_rss'] / 2**20:.0f} MiB")
     print(f"DRIVER_IMPORT_BYTES: {driver['driver_import_rss'] / 2**20:.0f} MiB")
     preds = outputs["predictions"]
     for budget, p in preds.items():
@@ -318,10 +392,11 @@ def main(argv: list[str] | None = None) -> int:
         provenance = (f"benchmarks/sizing_figures.py on {datetime.date.today().isoformat()}, commit {git_commit()}, "
                       f"{os.cpu_count()} cores ({platform.machine()}), the tokenizer of {Path(model_path(args)).name}, "
                       f"{args.n}-instance shards, the default essay corpus")
-        FIGURES_FILE.write_text(dump_figures(provenance, tables), encoding="utf-8")
+        FIGURES_FILE.write_text(dump_figures(provenance, tables, families), encoding="utf-8")
         print(f"wrote {FIGURES_FILE}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"tasks": raw, "skipped": skipped, "driver": driver,
+        Path(args.json).write_text(json.dumps({"tasks": raw, "skipped": skipped, "driver": driver, "actor": actor,
+                                               "families": families,
                                                "outputs": outputs, "args": vars(args)}, indent=1), encoding="utf-8")
     return 0
 
