@@ -271,8 +271,8 @@ def _print_sizing(cfg, plan) -> None:
                       f"({copies}) + one shard read ahead {size(p.read_ahead_bytes)} + decoded row groups "
                       f"{size(p.row_group_bytes)}{batch}; {p.replicas_per_node} per node")
     table.add_row("memory: generation actor", size(s.generation_actor_bytes),
-                  f"{size(sizing.GENERATION_ACTOR_START_BYTES)} (tokenizer, corpora) + the largest shard being built "
-                  f"at its measured bytes per token; {s.generation_actors} actors (cluster.generate_parallelism)")
+                  " + ".join(f"{name} {size(n)}" for name, n in s.generation_actor_parts.items())
+                  + f"; {s.generation_actors} actors (cluster.generate_parallelism)")
     replicas = s.replica_node_bytes
     busiest = max(replicas or 0, s.generation_node_bytes)
     phases = (f"replicas {size(replicas) if replicas is not None else 'unknown'} or generation actors "

@@ -8,8 +8,9 @@ line of the output can be checked by hand:
   `sizing_figures.json`); predictions at their full output budget; scores; the instance cache's copy.
 * **host memory**: the driver holds the suite's metadata (ids, lengths, references) and its predictions, never
   prompts; a replica holds the prompts in its engine (its in-flight window) and one instance shard read ahead;
-  a generation actor holds the shard it is building. These are the bounds issue #22 sets for the data path:
-  they grow with the work in flight and the number of instances, never with the suite's tokens.
+  a generation actor holds what its tasks loaded (corpora) and the shard it is building. These are the bounds
+  issue #22 sets for the data path: they grow with the work in flight and the number of instances, never with
+  the suite's tokens.
 * **generation CPU**: CPU-seconds per instance measured for each task and length, plus each actor's first
   instance of a cell (the warm-up of its caches), over `cluster.generate_parallelism` actors.
 * **GPU time and wall time**: `longeval.cost`'s roofline estimate of every call on its pool's replica shape,
@@ -68,10 +69,13 @@ class TaskFigures:
     """What an actor's first instance of a (task, length) cell costs beyond a steady one (distractor pools,
     numbering tables)."""
     build_bytes_per_token: float
-    """A generation actor's peak RSS above its start, per token of the largest shard it built: a shard's rows stay
-    Python objects (text and int lists) until the shard is encoded and written."""
+    """A generation actor's peak RSS above what the task keeps (`resident_bytes`), per token of the largest shard
+    it built: a shard's rows stay Python objects (text and int lists) until the shard is encoded and written."""
     metadata_bytes: float
     """Arrow bytes per instance of every column but the prompt and its ids: what the driver holds per instance."""
+    resident_bytes: float = 0.0
+    """What the task keeps in a generation actor once it has built a shard: its corpora and caches (the essay
+    split, word lists), for the rest of the actor's life."""
 
     def disk(self, length: int) -> float:
         return _interpolate(self.lengths, self.disk_bytes, length)
@@ -86,7 +90,8 @@ class TaskFigures:
     def from_json(cls, entry: dict) -> TaskFigures:
         return cls(lengths=tuple(entry["lengths"]), disk_bytes=tuple(entry["disk_bytes"]),
                    cpu_s=tuple(entry["cpu_s"]), warmup_cpu_s=tuple(entry["warmup_cpu_s"]),
-                   build_bytes_per_token=entry["build_bytes_per_token"], metadata_bytes=entry["metadata_bytes"])
+                   build_bytes_per_token=entry["build_bytes_per_token"], metadata_bytes=entry["metadata_bytes"],
+                   resident_bytes=entry.get("resident_bytes", 0.0))
 
 
 def _interpolate(xs: tuple[int, ...], ys: tuple[float, ...], x: int) -> float:
@@ -100,9 +105,10 @@ def _interpolate(xs: tuple[int, ...], ys: tuple[float, ...], x: int) -> float:
 
 
 @cache
-def _measured() -> tuple[str, dict[str, TaskFigures]]:
+def _measured() -> tuple[str, dict[str, TaskFigures], dict[str, float]]:
     data = json.loads(resources.files("longeval").joinpath(FIGURES_FILE).read_text(encoding="utf-8"))
-    return data["measured"], {task: TaskFigures.from_json(entry) for task, entry in data["tasks"].items()}
+    return (data["measured"], {task: TaskFigures.from_json(entry) for task, entry in data["tasks"].items()},
+            data.get("families", {}))
 
 
 def measured_on() -> str:
@@ -113,6 +119,25 @@ def measured_on() -> str:
 def task_figures() -> dict[str, TaskFigures]:
     """The measured figures by registry key (read once from `FIGURES_FILE`)."""
     return _measured()[1]
+
+
+def family_resident() -> dict[str, float]:
+    """What one actor keeps once it has built every measured task of a family (tasks share corpora, so this is
+    less than the sum of their own `resident_bytes`)."""
+    return _measured()[2]
+
+
+def actor_resident_bytes(tasks: set[str]) -> float:
+    """What a generation actor keeps once it has built shards of all of `tasks` (it builds any task of the suite):
+    per family, the sum of its tasks' own figures, at most the family's measured whole; a task without figures
+    adds the largest any task keeps."""
+    known, whole, kept = task_figures(), family_resident(), 0.0
+    for family in sorted({task.split("/")[0] for task in tasks}):
+        members = [task for task in tasks if task.split("/")[0] == family]
+        own = sum(known[task].resident_bytes for task in members if task in known)
+        kept += min(own, whole.get(family, own))
+        kept += sum(figures_for(task).resident_bytes for task in members if task not in known)
+    return kept
 
 
 def figures_for(task: str) -> TaskFigures:
@@ -129,6 +154,7 @@ def figures_for(task: str) -> TaskFigures:
         warmup_cpu_s=tuple(max(f.warmup(n) for f in known.values()) for n in lengths),
         build_bytes_per_token=max(f.build_bytes_per_token for f in known.values()),
         metadata_bytes=max(f.metadata_bytes for f in known.values()),
+        resident_bytes=max(f.resident_bytes for f in known.values()),
     )
 
 
@@ -152,25 +178,27 @@ READ_AHEAD_SHARDS = 1
 """Instance shards a replica holds beyond the prompts in its engine: the one it takes its next prompts from (its
 file's bytes and its ids in Arrow). The bound issue #22 sets; today's `Replica._requests` caches up to 32 whole
 shards as Python lists."""
-GENERATION_ACTOR_START_BYTES = 178 * MIB
-"""A generation actor's RSS once its tokenizer and the essay corpus are loaded (measured, SmolLM2's tokenizer)."""
+GENERATION_ACTOR_START_BYTES = 290 * MIB
+"""A generation actor's RSS once started, before any shard: a Ray Data actor holding `ShardGenerator` (Ray's
+worker, the imports, SmolLM2's tokenizer; measured in a real actor). What its tasks load comes on top
+(`TaskFigures.resident_bytes`)."""
 DRIVER_IMPORT_BYTES = 187 * MIB
 """A fresh process after importing Ray, Ray Data and the pipeline: the driver before any data (measured)."""
 RAY_HEAD_BYTES = 8 * GIB // 10
 """Ray's own processes on the head node (GCS, raylet, dashboard): about 0.8 GB idle (measured for the environment
 notes, Ray 2.60)."""
-PREDICTION_ROW_DISK = 202
+PREDICTION_ROW_DISK = 245
 """Bytes on disk per prediction row besides its output: ids, model, replica, node (measured in 25-row parts; the
 line through output budgets 32 and 2,048)."""
 PREDICTION_DISK_PER_OUTPUT_TOKEN = 1.23
 """Bytes on disk per output token: natural text (distinct stretches of the essay corpus), zstd (measured)."""
-PREDICTION_ROW_ARROW = 166
+PREDICTION_ROW_ARROW = 178
 """Arrow bytes per prediction row besides its output (measured)."""
 PREDICTION_ARROW_PER_OUTPUT_TOKEN = 4.32
 """Arrow bytes per output token: the output's UTF-8 text (measured)."""
-SCORE_ROW_DISK = 7.6
+SCORE_ROW_DISK = 7.8
 """Bytes on disk per score row (measured: 2,000 rows in one table, as the scores stage writes them)."""
-SCORE_ROW_ARROW = 142.4
+SCORE_ROW_ARROW = 146.6
 """Arrow bytes per score row (measured)."""
 def instance_cache_copies(cache: str) -> float:
     """Extra copies of the instances stage the instance cache keeps: none on a local disk, where the cache and the
@@ -230,6 +258,7 @@ class Sizing:
     cache_bytes: int
     driver_bytes: int
     driver_parts: dict[str, int]
+    generation_actor_parts: dict[str, int]
     generation_actor_bytes: int
     generation_actors: int
     generation_cpu_s: float
@@ -353,8 +382,12 @@ def size_suite(cfg: Config, plan: Plan) -> Sizing:
     cpu_s = sum(c.instances * c.figures.cpu(c.length) + min(actors, c.shards) * c.figures.warmup(c.length)
                 for c in cells)
     shard_size = max((s.stop - s.start for s in plan.shards), default=0)
-    actor_bytes = GENERATION_ACTOR_START_BYTES + max(
-        (min(shard_size, c.instances) * c.length * c.figures.build_bytes_per_token for c in cells), default=0)
+    actor_parts = {
+        "start (Ray's worker, imports, tokenizer)": GENERATION_ACTOR_START_BYTES,
+        "what the suite's tasks keep (corpora, caches)": round(actor_resident_bytes({c.task for c in cells})),
+        "the largest shard being built": round(max(
+            (min(shard_size, c.instances) * c.length * c.figures.build_bytes_per_token for c in cells), default=0)),
+    }
 
     gpu_name = (cfg.cluster.gpu or DEFAULT_GPU) if arch is not None else None
     gpus = cfg.cluster.num_gpus if cfg.cluster.gpu else cfg.cluster.gpus_per_node
@@ -371,7 +404,8 @@ def size_suite(cfg: Config, plan: Plan) -> Sizing:
         instances_bytes=round(instances_bytes), predictions_bytes=round(predictions_bytes),
         scores_bytes=round(scores_bytes), cache_bytes=round(cache_bytes),
         driver_bytes=sum(driver_parts.values()), driver_parts=driver_parts,
-        generation_actor_bytes=round(actor_bytes), generation_actors=actors,
+        generation_actor_bytes=sum(actor_parts.values()), generation_actor_parts=actor_parts,
+        generation_actors=actors,
         generation_cpu_s=cpu_s, generation_wall_s=cpu_s / actors,
         pools=pools, gpu=gpu_name, gpus=gpus,
         unmeasured=tuple(sorted({c.task for c in cells if c.task not in task_figures()})),

@@ -18,7 +18,8 @@ from longeval.tasks import TASKS, get_task
 
 ENDS = (1024, 1048576)
 ROUND = TaskFigures(lengths=ENDS, disk_bytes=tuple(100 + n for n in ENDS), cpu_s=tuple(0.5 + 1e-6 * n for n in ENDS),
-                    warmup_cpu_s=(2.0, 2.0), build_bytes_per_token=10.0, metadata_bytes=1000)
+                    warmup_cpu_s=(2.0, 2.0), build_bytes_per_token=10.0, metadata_bytes=1000,
+                    resident_bytes=5 * 2**20)
 """Round figures, linear between the two lengths (100 B + 1 B per token, 0.5 s + 1 us per token), so every expected
 number below is a line of arithmetic."""
 
@@ -65,8 +66,24 @@ def test_generation_cpu_is_instances_times_seconds_plus_each_actors_warm_up(roun
     assert s.generation_cpu_s == pytest.approx(100 * (0.5 + 0.131072) + 4 * 2.0)
     assert s.generation_actors == cfg.cluster.generate_parallelism == 8
     assert s.generation_wall_s == pytest.approx(s.generation_cpu_s / 8)
-    # An actor holds one shard being built: 25 x 131,072 tokens x 10 B on top of its tokenizer and corpora.
-    assert s.generation_actor_bytes == sizing.GENERATION_ACTOR_START_BYTES + 25 * 131072 * 10
+    # An actor holds one shard being built: 25 x 131,072 tokens x 10 B on top of its start (Ray's worker, the
+    # tokenizer) and what the task keeps (5 MiB).
+    assert s.generation_actor_bytes == sizing.GENERATION_ACTOR_START_BYTES + 5 * 2**20 + 25 * 131072 * 10
+
+
+def test_an_actor_keeps_what_every_task_of_the_suite_loaded_counting_shared_corpora_once():
+    """An actor builds any task of the suite and keeps each one's corpora: at suite (a)'s shape the plan counted
+    the start and one task's, and the actor measured 1.8x its figure (benchmarks/README.md, "Suite (a)'s shape")."""
+    known = task_figures()
+    ruler = sorted(t for t in known if t.startswith("ruler/"))
+    whole = sizing.family_resident()["ruler"]
+    assert sum(known[t].resident_bytes for t in ruler) > whole > max(known[t].resident_bytes for t in ruler)
+    assert sizing.actor_resident_bytes(set(ruler)) == whole  # the essays once, not once per task
+    assert sizing.actor_resident_bytes({"ruler/vt"}) == known["ruler/vt"].resident_bytes
+    sync = min(known["sync/connected_nodes"].resident_bytes, sizing.family_resident()["sync"])
+    assert sizing.actor_resident_bytes({*ruler, "sync/connected_nodes"}) == whole + sync  # families add up
+    unknown = sizing.actor_resident_bytes({"ruler/vt", "ruler/qa_1"})  # qa_1 needs a data file: not measured
+    assert unknown == known["ruler/vt"].resident_bytes + max(f.resident_bytes for f in known.values())
 
 
 def test_gpu_hours_are_call_cost_summed_over_every_call_on_its_pools_shape():
