@@ -461,6 +461,8 @@ class Shape:
     rows_per_step: int
     squad: Path
     hotpotqa: Path
+    extra: list[str] = field(default_factory=list)
+    """More overrides, last (`--extra`): e.g. suite (c)'s stacked subsets."""
 
     def overrides(self, store_root: str, run_name: str) -> list[str]:
         return [
@@ -473,7 +475,7 @@ class Shape:
             f"suite.data.hotpotqa_path={self.hotpotqa}",
             f"cluster.replicas={self.replicas}", "cluster.num_cpus=4",
             f"cluster.bucket_edges=[{','.join(map(str, self.bucket_edges))}]",
-            f"store.root={store_root}", f"run_name={run_name}", "tracking=none",
+            f"store.root={store_root}", f"run_name={run_name}", "tracking=none", *self.extra,
         ]
 
 
@@ -925,6 +927,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--memory-limit-gb", type=float, default=None,
                         help="kill a stage whose processes hold more than this together (default: 80 %% of the memory "
                              "available at the start)")
+    parser.add_argument("--extra", nargs="*", default=[], metavar="OVERRIDE",
+                        help="more overrides for every run, e.g. suite (c)'s 'suite.subsets=[32k,128k,1m]'")
     parser.add_argument("--stage-timeout-s", type=float, default=3600.0)
     parser.add_argument("--sample-s", type=float, default=0.2, help="process sampling interval")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a new folder under /tmp")
@@ -967,11 +971,11 @@ def main(argv: list[str] | None = None) -> int:
             harness.start_s3()
         if "local" in args.store and not args.no_baseline:
             base = Shape(args.tasks, [min(args.lengths)], 1, args.replicas, args.bucket_edges, args.step_s,
-                         args.rows_per_step, squad, hotpot)
+                         args.rows_per_step, squad, hotpot, args.extra)
             harness.baseline = {s.stage: s.driver_rchar for s in harness.run(base, 0, "local").stages}
         for scale in args.scale:
             shape = Shape(args.tasks, sorted(args.lengths), args.samples * scale, args.replicas, args.bucket_edges,
-                          args.step_s, args.rows_per_step, squad, hotpot)
+                          args.step_s, args.rows_per_step, squad, hotpot, args.extra)
             for store in args.store:
                 console.print(stage_table(harness.run(shape, scale, store)))
                 write_json(args, harness.runs)  # after every run: a long invocation cut short keeps its figures
