@@ -110,8 +110,13 @@ def serve_fonts_from_memory() -> None:
 
     It otherwise reads a font through the file on every glyph and kerning lookup: a report of the full shape read
     DejaVuSans.ttf 229 MiB over (strace: of the `html` driver's 280 MiB of reads), which is not the store
-    and would hide the driver's store reads in the figure. The report's bytes are the same either way."""
-    from matplotlib import ft2font
+    and would hide the driver's store reads in the figure. The report's bytes are the same either way.
+
+    The font list is loaded first: on a machine without matplotlib's cache it is built now, from the files (built
+    through the copies, its entries would name a BytesIO and its JSON could not be written)."""
+    from matplotlib import font_manager, ft2font
+
+    font_manager.fontManager  # noqa: B018 (loads or builds the cached font list)
 
     load, copies = ft2font.FT2Font, {}
 
