@@ -18,7 +18,6 @@ errors, counted, and retried by the next run. Models behind an HTTP API keep the
 from __future__ import annotations
 
 import abc
-import functools
 import logging
 import os
 import queue
@@ -42,6 +41,7 @@ from longeval.engines.openai_compat import ApiPredictor
 from longeval.engines.vllm_engine import Request
 from longeval.errors import DiskFullError, LongevalError, find_error
 from longeval.followup import write_followups
+from longeval.heap import release_freed_memory
 from longeval.plan import Plan, Pool, in_plan, suite_seq_tokens
 from longeval.plan import size_pool as plan_size_pool
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, ErrorKind, Prediction, prediction_table
@@ -283,28 +283,6 @@ system (`release_freed_memory`): a replica of a 256K pool otherwise peaked 107 M
 prompts (43 MiB of lists and 32 MiB of row groups), with it 53 MiB; of a 1M pool, 144 MiB against 79 MiB
 (benchmarks/README.md, "The full shape, final"). Shorter prompts skip it: it costs a few ms, their engine steps
 less."""
-
-
-def release_freed_memory() -> None:
-    """Hand the heap's free pages back to the system (glibc's `malloc_trim`; nothing elsewhere).
-
-    glibc serves the big buffers of a replica (a prompt's list, a row group's ids) from its heap once their size
-    has been freed before, and keeps what they free: a long-prompt replica's peak was its window plus what the
-    window before it left in the heap."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-@functools.cache
-def _malloc_trim() -> Any:
-    import ctypes
-    import ctypes.util
-
-    try:
-        return getattr(ctypes.CDLL(ctypes.util.find_library("c")), "malloc_trim", None)
-    except OSError:
-        return None
 
 
 @dataclass
