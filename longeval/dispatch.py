@@ -113,8 +113,6 @@ class WorkQueue:
         groups = group_by_context(rows)
         order = sorted(range(len(groups)), key=lambda g: (-sum(w.cost for w in groups[g]), g))
         self.queue: deque[list[Work]] = deque(groups[g] for g in order)
-        self.position = {w.instance_id: g for g in order for w in groups[g]}
-        """Each prompt's context's place in the schedule: shard by shard, rows in order."""
         self.queued_cost = sum(w.cost for w in rows)
         self.held: dict[int, dict[str, Work]] = {k: {} for k in range(replicas)}
         """What each replica took and has not reported finished, by instance id."""
@@ -168,13 +166,12 @@ class WorkQueue:
 
     def _pick(self, replica: int) -> int:
         """Where in the queue `replica`'s next context is: among the next contexts that cost nearly what the
-        first does (`AFFINITY_SLACK`, `AFFINITY_LOOKAHEAD`), the one from shards it has open already that comes
-        first in the schedule, else the first from shards no other replica has opened, else the first. So each
-        instance shard is read by about one replica (on S3 a file's requests are paid once, not by every replica
-        of the pool), and in the order of its rows (the reader reads a run of them per request, `PromptReader`),
-        while the order stays heaviest first within the slack."""
+        first does (`AFFINITY_SLACK`, `AFFINITY_LOOKAHEAD`), the first from shards it has open already, else
+        the first from shards no other replica has opened, else the first. So each instance shard is read by
+        about one replica (on S3 a file's requests are paid once, not by every replica of the pool), while the
+        order stays heaviest first within the slack."""
         first = sum(w.cost for w in self.queue[0])
-        best, best_rank, best_position = 0, -1, 0
+        best, best_rank = 0, -1
         for at in range(min(AFFINITY_LOOKAHEAD, len(self.queue))):
             unit = self.queue[at]
             if sum(w.cost for w in unit) < first * (1 - AFFINITY_SLACK):
@@ -182,9 +179,10 @@ class WorkQueue:
             shards = {w.shard for w in unit}
             rank = (2 if shards <= self.opened[replica].keys()
                     else 1 if all(self.readers.get(shard, set()) <= {replica} for shard in shards) else 0)
-            position = self.position.get(unit[0].instance_id, 0)
-            if rank > best_rank or (rank == best_rank == 2 and position < best_position):
-                best, best_rank, best_position = at, rank, position
+            if rank > best_rank:
+                best, best_rank = at, rank
+                if rank == 2:
+                    break
         return best
 
     def _share(self, replica: int, now: float) -> float:

@@ -73,12 +73,6 @@ PROMPT_GROUP_BYTES = 32 << 20
 shard by shard (the schedule's order, the queue's shard affinity), so this holds the shard it is on, up to 25
 prompts of 256K tokens, whatever the suite's size; a 1M prompt is a row group of its own and is read once."""
 
-PROMPT_RUN = pa.CacheOptions.from_network_metrics(time_to_first_byte_millis=50, transfer_bandwidth_mib_per_sec=100)
-"""How a replica reads a run of a shard's row groups in one request (`read_row_groups`): ranges up to 5 MiB apart
-are joined, up to 45 MiB in all (Arrow's sizing for a store that takes 50 ms to a first byte and sends 100 MiB/s:
-a request costs about what 5 MiB of transfer does). The other columns between two prompts' token ids, mostly
-the prompt's text, come along; on S3 that is cheaper than a request per prompt."""
-
 WHOLE_READ_BYTES = 256 << 10
 """A shard this small, its size listed, is read whole by `open_shard` (a replica wants its prompts: most of its
 bytes), in one request instead of a 64 KiB footer read and then its pages. A replica keeps at most 12 shards
@@ -564,34 +558,24 @@ class RunRoot:
 
         return self._sized(stage, name, open_, size if size is not None else self._size(stage, name))
 
-    def read_row_groups(self, stage: str, name: str, fragment: pads.ParquetFileFragment, groups: list[int],
-                        columns: list[str]) -> list[pa.Table]:
-        """`columns` of some row groups of a shard opened with `open_shard`, a table per group: their ranges are
-        read together, joined across what lies between them as `PROMPT_RUN` allows (consecutive groups: one
-        request), through the store's retries, pages checked against their checksums.
+    def read_row_group(self, stage: str, name: str, fragment: pads.ParquetFileFragment, group: int,
+                       columns: list[str]) -> pa.Table:
+        """`columns` of one row group of a shard opened with `open_shard`: only their ranges are read, through the
+        store's retries, pages checked against their checksums.
 
         Raises:
             DamagedShardError: a page it read is damaged; the shard was set aside here.
         """
-        options = pads.ParquetFragmentScanOptions(pre_buffer=True, page_checksum_verification=True,
-                                                  cache_options=PROMPT_RUN)
-
         def read() -> pa.Table:
             try:
-                return fragment.subset(row_group_ids=groups).to_table(columns=columns, fragment_scan_options=options)
+                return fragment.subset(row_group_ids=[group]).to_table(columns=columns)
             except OSError as exc:
                 raise (_damaged_page(exc) or exc) from exc
 
         try:
-            table = self._loc.call(f"read {self.path(stage, name + _PARQUET)}", read)
+            return self._loc.call(f"read {self.path(stage, name + _PARQUET)}", read)
         except _Unreadable as exc:
             raise self._set_aside(stage, name, str(exc)) from exc
-        out, at = [], 0
-        for g in groups:
-            rows = fragment.metadata.row_group(g).num_rows
-            out.append(table.slice(at, rows).combine_chunks())
-            at += rows
-        return out
 
     def footer_columns(self, stage: str, name: str, fragment: pads.ParquetFileFragment) -> pa.Table | None:
         """The metadata columns an opened shard (`open_shard`) copies in its footer (`FOOTER_METADATA`), None when

@@ -96,11 +96,7 @@ def test_a_replica_reads_only_the_row_groups_of_its_prompts(huge) -> None:
     request = reader.request("1-2", SHARDS[1].prefix)
     read = _rchar() - before
     assert len(request.prompt_token_ids) == TOKENS and request.max_new_tokens == 128
-    # Its row group and the shard's next one, read together (`PromptReader._run`); not the groups before it.
-    assert read < 0.55 * size / len(SHARDS), f"read {read:,} bytes for prompts 3 and 4 of a shard of {ROWS}"
-    before = _rchar()
-    assert len(reader.request("1-3", SHARDS[1].prefix).prompt_token_ids) == TOKENS
-    assert _rchar() - before < 100_000  # read with the one before
+    assert read < 0.3 * size / len(SHARDS), f"read {read:,} bytes for one prompt of {ROWS * len(SHARDS)}"
     # held: at most `group_bytes` of row groups (Arrow buffers), or the one group being read
     held = sum(t.nbytes for t in reader.groups.values())
     assert held == reader.group_bytes and (held <= reader.group_bytes_max or len(reader.groups) == 1)
@@ -207,41 +203,4 @@ def test_memory_freed_by_earlier_prompts_goes_back_before_a_long_prompt_is_liste
     assert len(reader.request("1-2", SHARDS[1].prefix).prompt_token_ids) == TOKENS and calls == [1]
     monkeypatch.setattr(infer, "RELEASE_BEFORE_TOKENS", TOKENS + 1)
     assert len(reader.request("1-3", SHARDS[1].prefix).prompt_token_ids) == TOKENS and calls == [1]
-    reader.close()
-
-
-def test_releasing_freed_memory_gives_the_heaps_free_pages_back() -> None:
-    """What `release_freed_memory` is for, in a fresh process: 64 MB of freed 512 KiB buffers that glibc kept in its
-    heap (behind one still in use) leave the process's resident memory when it runs."""
-    import subprocess
-    import sys
-
-    from longeval.stages.infer import _malloc_trim
-
-    if _malloc_trim() is None:
-        pytest.skip("no malloc_trim: not glibc")
-    code = """
-from pathlib import Path
-from longeval.stages.infer import release_freed_memory
-def rss():
-    return int(Path("/proc/self/status").read_text().split("VmRSS:")[1].split()[0]) << 10
-first = bytearray(600 << 10); del first  # glibc now serves buffers this size from its heap, not mmap
-held = [bytearray(512 << 10) for _ in range(128)]
-last = bytearray(512 << 10)  # in use, above the others: the heap cannot shrink from its top
-del held
-before = rss(); release_freed_memory(); print(before - rss())
-"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert int(out.stdout) > 32 << 20, out.stdout  # most of the 64 MB
-
-
-def test_a_run_of_row_groups_stays_within_half_the_readers_budget(huge) -> None:
-    """A replica reads a prompt's row group and the shard's next ones together, but never more token ids than
-    half of what its reader may hold (`group_bytes`): the run read ahead cannot push out the prompts in use."""
-    root, _ = huge
-    reader = PromptReader(root, group_bytes=5 * 4 * TOKENS)  # half of it: two prompts' ids (int32)
-    assert len(reader.request("0-0", SHARDS[0].prefix).prompt_token_ids) == TOKENS
-    assert sorted(reader.groups) == [(SHARDS[0].text, 0), (SHARDS[0].text, 1)]
-    assert len(reader.request("0-2", SHARDS[0].prefix).prompt_token_ids) == TOKENS
-    assert (SHARDS[0].text, 3) in reader.groups and reader.group_bytes <= reader.group_bytes_max
     reader.close()

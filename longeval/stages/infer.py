@@ -30,7 +30,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from longeval import interrupt
 from longeval.compact import compact_predictions
@@ -330,8 +329,6 @@ class PromptReader:
         self.files: OrderedDict[str, _OpenShard] = OrderedDict()
         self.groups: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
         self.group_bytes = 0
-        self.read: set[tuple[str, int]] = set()
-        """Row groups read once: a run never reads one again (read alone if it is asked for after eviction)."""
 
     def request(self, instance_id: str, prefix: str) -> Request:
         for name in self.by_prefix.get(prefix, ()):
@@ -374,45 +371,18 @@ class PromptReader:
         if key not in self.groups:
             shard = self._file(name)
             columns = ["prompt_token_ids", *(self.metadata_columns if shard.metadata is None else [])]
-            run = self._run(name, shard.file.metadata, g)
-            for at, table in zip(reversed(run), reversed(self.root.read_row_groups("instances", name, shard.file,
-                                                                                   run, columns)), strict=True):
-                self.groups[(name, at)] = table  # g last: the most recent, evicted last
-                self.group_bytes += table.nbytes
-            self.read.update((name, at) for at in run)
+            self.groups[key] = self.root.read_row_group("instances", name, shard.file, g, columns)
+            self.group_bytes += self.groups[key].nbytes
             while len(self.groups) > 1 and (self.group_bytes > self.group_bytes_max
                                             or len({n for n, _ in self.groups}) > self.open_files_max):
                 self.group_bytes -= self.groups.popitem(last=False)[1].nbytes
         self.groups.move_to_end(key)
         return self.groups[key]
 
-    def _run(self, name: str, footer: pq.FileMetaData, g: int) -> list[int]:
-        """Row group `g` and the next ones of its shard this reader has not read, while their token ids fit in
-        half of `group_bytes`: read in one request (`store.PROMPT_RUN`). A shard of long prompts has a row group
-        per prompt, and a replica takes most of a shard's prompts (the queue's shard affinity): on S3 a request
-        per prompt was most of the infer stage's requests."""
-        run, held = [g], _ids_bytes(footer, g)
-        while g + len(run) < footer.num_row_groups and (name, g + len(run)) not in self.read:
-            held += _ids_bytes(footer, g + len(run))
-            if held > self.group_bytes_max // 2:
-                break
-            run.append(g + len(run))
-        return run
-
     def close(self) -> None:
         self.files.clear()
         self.groups.clear()
         self.group_bytes = 0
-        self.read.clear()
-
-
-def _ids_bytes(footer: pq.FileMetaData, group: int) -> int:
-    """A row group's token ids as Arrow holds them once read: int32 values and offsets (Parquet's own sizes are
-    of its encodings, dictionary indices a few bits each)."""
-    row_group = footer.row_group(group)
-    tokens = sum(row_group.column(i).num_values for i in range(row_group.num_columns)
-                 if row_group.column(i).path_in_schema.startswith("prompt_token_ids"))
-    return 4 * (tokens + row_group.num_rows + 1)
 
 
 class _Writer:
