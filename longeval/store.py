@@ -509,7 +509,10 @@ class RunRoot:
             except pa.ArrowInvalid as exc:
                 raise _Unreadable(f"it is not readable Parquet ({str(exc).splitlines()[0]})") from exc
             except OSError as exc:
-                raise (_damaged_page(exc) or exc) from exc
+                damaged = _damaged_page(exc)
+                if damaged is None:
+                    raise  # not `raise exc from exc`: an error its own cause loops the drivers' cause walks
+                raise damaged from exc
 
         return self._sized(stage, name, read, size)
 
@@ -553,7 +556,10 @@ class RunRoot:
             except pa.ArrowInvalid as exc:
                 raise _Unreadable(f"it is not readable Parquet ({str(exc).splitlines()[0]})") from exc
             except OSError as exc:
-                raise (_damaged_page(exc) or exc) from exc
+                damaged = _damaged_page(exc)
+                if damaged is None:
+                    raise  # not `raise exc from exc`: an error its own cause loops the drivers' cause walks
+                raise damaged from exc
             return fragment
 
         return self._sized(stage, name, open_, size if size is not None else self._size(stage, name))
@@ -570,7 +576,10 @@ class RunRoot:
             try:
                 return fragment.subset(row_group_ids=[group]).to_table(columns=columns)
             except OSError as exc:
-                raise (_damaged_page(exc) or exc) from exc
+                damaged = _damaged_page(exc)
+                if damaged is None:
+                    raise  # not `raise exc from exc`: an error its own cause loops the drivers' cause walks
+                raise damaged from exc
 
         try:
             return self._loc.call(f"read {self.path(stage, name + _PARQUET)}", read)

@@ -204,3 +204,20 @@ def test_memory_freed_by_earlier_prompts_goes_back_before_a_long_prompt_is_liste
     monkeypatch.setattr(infer, "RELEASE_BEFORE_TOKENS", TOKENS + 1)
     assert len(reader.request("1-3", SHARDS[1].prefix).prompt_token_ids) == TOKENS and calls == [1]
     reader.close()
+
+
+def test_a_read_error_that_is_not_damage_stays_a_store_error_with_a_finite_cause_chain(huge) -> None:
+    """A shard gone between its footer read and its row group read is the store's error, not a damaged shard;
+    its cause chain must end (an error that is its own cause sends the drivers' cause walks round forever)."""
+    from longeval.errors import StoreError
+    from longeval.stages.infer import _cause
+
+    root, _ = huge
+    name = SHARDS[0].text
+    fragment = root.open_shard("instances", name)
+    (root.local_path() / "instances" / f"{name}.parquet").unlink()
+    with pytest.raises(StoreError) as raised:
+        root.read_row_group("instances", name, fragment, 0, ["prompt_token_ids"])
+    assert not isinstance(raised.value, DamagedShardError)
+    assert raised.value.__cause__ is not None and raised.value.__cause__.__cause__ is not raised.value.__cause__
+    assert _cause(raised.value)  # the walk to the innermost error ends
