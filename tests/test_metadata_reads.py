@@ -103,13 +103,10 @@ def test_a_replica_reads_only_the_row_groups_of_its_prompts(huge) -> None:
     reader.close()
 
 
-def test_a_cells_prompts_are_read_shard_by_shard_once_each_holding_a_few_shards(tmp_path: Path) -> None:
-    """The schedule puts a task and length's prompts shard by shard, so a replica's reader reads each shard's
-    bytes about once while it keeps only the last few shards (`open_files`): what it holds does not grow with
-    the number of shards (30 here)."""
-    root = RunRoot(str(tmp_path / "run"))
+def _short_shards(root: RunRoot, n: int) -> list[ShardName]:
+    """`n` instance shards of ten 4K-token prompts of vt (random contexts): one row group each."""
     rng = np.random.default_rng(1)
-    shards = [ShardName("ruler", "vt", 4096, 42, i) for i in range(30)]
+    shards = [ShardName("ruler", "vt", 4096, 42, i) for i in range(n)]
     for shard in shards:
         rows = [{"instance_id": f"{shard.shard_index}-{i}", "family": "ruler", "task": "vt", "target_length": 4096,
                  "context_id": f"c{rng.integers(1 << 30)}", "input_tokens": 4096, "max_new_tokens": 16, "seed": 42,
@@ -117,6 +114,15 @@ def test_a_cells_prompts_are_read_shard_by_shard_once_each_holding_a_few_shards(
                  "prompt_token_ids": rng.integers(0, 50_000, 4096, dtype=np.int32), "references": ["x"],
                  "meta": "{}", "metric": "string_match_all"} for i in range(10)]
         root.write_table("instances", shard.text, pa.Table.from_pylist(rows, schema=INSTANCE_SCHEMA))
+    return shards
+
+
+def test_a_cells_prompts_are_read_shard_by_shard_once_each_holding_a_few_shards(tmp_path: Path) -> None:
+    """The schedule puts a task and length's prompts shard by shard, so a replica's reader reads each shard's
+    bytes about once while it keeps only the last few shards (`open_files`): what it holds does not grow with
+    the number of shards (30 here)."""
+    root = RunRoot(str(tmp_path / "run"))
+    shards = _short_shards(root, 30)
     size = sum(f.stat().st_size for f in (root.local_path() / "instances").iterdir())
     work = schedule(root.read_stage("instances", INSTANCE_SCHEMA, columns=META_COLUMNS))
     order = [int(w.instance_id.split("-")[0]) for w in work]  # the shard index
@@ -130,6 +136,25 @@ def test_a_cells_prompts_are_read_shard_by_shard_once_each_holding_a_few_shards(
     assert most <= reader.open_files_max < len(shards)
     reader.close()
     assert read < 1.5 * size, f"read {read:,} bytes of {size:,} for 300 prompts in 30 shards"
+
+
+def test_a_replica_lets_go_of_a_row_group_once_it_asked_for_every_row_of_it(tmp_path: Path) -> None:
+    """What a replica holds of its shards is the group it is on, not its budget: kept row groups of shards it
+    was done with made a short pool's replica grow by the budget (32 MiB) from 1x to 10x the samples. A group
+    another replica shares (some rows never asked for here) stays, within the budget."""
+    root = RunRoot(str(tmp_path / "run"))
+    shards = _short_shards(root, 6)
+    reader = PromptReader(root)
+    one_group = 0
+    for shard in shards[:5]:
+        for i in range(10):
+            reader.request(f"{shard.shard_index}-{i}", shard.prefix)
+            one_group = max(one_group, reader.group_bytes)
+        assert reader.groups == {} and reader.group_bytes == 0, f"kept {shard.text} after all its rows were asked"
+    assert 4096 * 10 * 4 <= one_group < 2 * 4096 * 10 * 4  # a shard's token ids, once
+    reader.request("5-0", shards[5].prefix)  # the other nine go to another replica
+    assert list(reader.groups) == [(shards[5].text, 0)] and reader.group_bytes > 0
+    reader.close()
 
 
 def test_a_replica_given_its_shards_by_the_driver_lists_nothing(huge, monkeypatch) -> None:

@@ -306,8 +306,11 @@ class PromptReader:
 
     A replica's prompts come shard by shard (`schedule`, and the queue's shard affinity), so it keeps only the
     shards it is on: `open_files` of them (a footer each, a few KB), and of those at most `group_bytes` of decoded
-    row groups, Arrow buffers (about 4 bytes a token), whatever the pool's or the suite's size. A prompt becomes a
-    Python list (about 30 bytes a token) only when it is handed to the engine.
+    row groups, Arrow buffers (about 4 bytes a token), whatever the pool's or the suite's size. A row group every
+    row of which was asked for is let go at once: no prompt is run twice, so the budget holds only groups the
+    other replicas share, and a replica of a short pool does not fill it with shards it is done with (it did: its
+    memory grew by the budget from 1x to 10x the samples). A prompt becomes a Python list (about 30 bytes a
+    token) only when it is handed to the engine.
     """
 
     def __init__(self, root: RunRoot, *, shards: Mapping[str, int | None] | Iterable[str] | None = None,
@@ -329,6 +332,8 @@ class PromptReader:
         self.files: OrderedDict[str, _OpenShard] = OrderedDict()
         self.groups: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
         self.group_bytes = 0
+        self.asked: dict[tuple[str, int], set[int]] = {}
+        """Of each kept row group, the rows asked for."""
 
     def request(self, instance_id: str, prefix: str) -> Request:
         for name in self.by_prefix.get(prefix, ()):
@@ -342,7 +347,9 @@ class PromptReader:
                     release_freed_memory()
                 ids = values.to_numpy(zero_copy_only=False).tolist()
                 refs = tuple(metadata["references"][at].as_py()) if "references" in self.metadata_columns else ()
-                return Request(instance_id, ids, int(metadata["max_new_tokens"][at].as_py()), refs)
+                asked = Request(instance_id, ids, int(metadata["max_new_tokens"][at].as_py()), refs)
+                self._asked(name, g, row, group.num_rows)
+                return asked
         raise LongevalError(f"instance {instance_id} is in no committed instance shard {prefix} (or its follow-ups)")
 
     def _file(self, name: str) -> _OpenShard:
@@ -375,13 +382,24 @@ class PromptReader:
             self.group_bytes += self.groups[key].nbytes
             while len(self.groups) > 1 and (self.group_bytes > self.group_bytes_max
                                             or len({n for n, _ in self.groups}) > self.open_files_max):
-                self.group_bytes -= self.groups.popitem(last=False)[1].nbytes
+                self._drop(next(iter(self.groups)))
         self.groups.move_to_end(key)
         return self.groups[key]
+
+    def _asked(self, name: str, g: int, row: int, rows: int) -> None:
+        asked = self.asked.setdefault((name, g), set())
+        asked.add(row)
+        if len(asked) == rows:
+            self._drop((name, g))
+
+    def _drop(self, key: tuple[str, int]) -> None:
+        self.group_bytes -= self.groups.pop(key).nbytes
+        self.asked.pop(key, None)
 
     def close(self) -> None:
         self.files.clear()
         self.groups.clear()
+        self.asked.clear()
         self.group_bytes = 0
 
 
