@@ -500,6 +500,8 @@ class RunRoot:
                 # A kept fragment holds the footer its first read fetched (taken out while in use: a failed read's
                 # retry opens the file afresh, without a size that may be stale)
                 fragment = self._footers.pop((stage, name), None) or self._loc.parquet(rel, size=size)
+                if schema is None:
+                    self.check_columns(stage, name, fragment, columns)
                 table = _from_copy(_footer_copy(fragment.metadata), columns, schema or fragment.physical_schema)
                 if table is None:
                     table = fragment.to_table(schema=schema, columns=columns)
@@ -572,6 +574,8 @@ class RunRoot:
         Raises:
             DamagedShardError: a page it read is damaged; the shard was set aside here.
         """
+        self.check_columns(stage, name, fragment, columns)
+
         def read() -> pa.Table:
             try:
                 return fragment.subset(row_group_ids=[group]).to_table(columns=columns)
@@ -585,6 +589,16 @@ class RunRoot:
             return self._loc.call(f"read {self.path(stage, name + _PARQUET)}", read)
         except _Unreadable as exc:
             raise self._set_aside(stage, name, str(exc)) from exc
+
+    def check_columns(self, stage: str, name: str, fragment: pads.ParquetFileFragment, columns: list[str]) -> None:
+        """A column the shard does not have is the reader's mismatch, not damage: Arrow says ArrowInvalid for both,
+        and a shard set aside for it would be written again, every shard of an older run's stage in turn."""
+        missing = [c for c in columns if fragment.physical_schema.get_field_index(c) < 0]
+        if missing:
+            raise StoreError(
+                f"{self.path(stage, name + _PARQUET)} has no column {', '.join(missing)}: it was written by a "
+                f"longeval whose {stage} lack it. The shard is left as it is; read it with the version that wrote "
+                "it, or run again into a fresh run root")
 
     def footer_columns(self, stage: str, name: str, fragment: pads.ParquetFileFragment) -> pa.Table | None:
         """The metadata columns an opened shard (`open_shard`) copies in its footer (`FOOTER_METADATA`), None when

@@ -498,3 +498,21 @@ def test_a_shard_of_several_row_groups_written_before_the_copy_is_read_from_its_
     assert prompts(root, old, references=True) == prompts(root, new, references=True)
     assert [(r.prompt_token_ids[:2], r.max_new_tokens, r.references) for r in prompts(root, old, True)] == \
         [([k, k + 1], 8 + k, ("x", str(k))) for k in (3, 2, 1, 0)]
+
+
+@pytest.mark.usefixtures("small_groups")
+def test_a_column_a_shard_lacks_is_a_clear_error_that_leaves_the_shard_in_place(tmp_path: Path) -> None:
+    """Arrow says ArrowInvalid for a missing column as for bad bytes; read as damage, every shard of an older run's
+    stage would be set aside in turn and written again (GPU work, for predictions)."""
+    root = RunRoot(str(tmp_path))
+    table = long_prompts().drop_columns(["references"])  # as a version before the column wrote it
+    a, b = SHARD.format(0), SHARD.format(1)
+    for name in (a, b):
+        root.write_table("instances", name, table)
+    for read in (lambda: root.read_shard("instances", a, columns=["instance_id", "references"]),
+                 lambda: prompts(root, b, references=True)):
+        with pytest.raises(StoreError, match="has no column references") as raised:
+            read()
+        assert not isinstance(raised.value, DamagedShardError)
+    assert root.shard_names("instances") == {a, b} and not (tmp_path / "_damaged").exists()
+    assert root.read_shard("instances", a, columns=["instance_id"]).num_rows == table.num_rows

@@ -355,6 +355,7 @@ class PromptReader:
     def _file(self, name: str) -> _OpenShard:
         if name not in self.files:
             file = self.root.open_shard("instances", name, size=self.sizes.get(name))
+            self.root.check_columns("instances", name, file, ["prompt_token_ids", *self.metadata_columns])
             copied = self.root.footer_columns("instances", name, file)
             self.files[name] = _OpenShard(
                 file, None if copied is None else copied.select(["instance_id", *self.metadata_columns]))
