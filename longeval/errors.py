@@ -66,6 +66,11 @@ class LeaseHeldError(StoreError):
     """Another live process holds the run root's lease: two writers would do the same work twice."""
 
 
+class LeaseLostError(StoreError):
+    """A later run took this run's lease of the run root over (its driver died, or missed its stale limit): what
+    this run still runs must not write the root."""
+
+
 def find_error(exc: BaseException, kind: type[E]) -> E | None:
     """The `kind` error in `exc`: itself, its causes, or the one a Ray worker raised. A Ray task error is an
     instance of its cause's class too but prints the whole remote traceback, so its `cause` is what is returned."""

@@ -41,7 +41,8 @@ from longeval.store import RunRoot
 if TYPE_CHECKING:
     from longeval.config import StoreConfig
 
-__all__ = ["LEASE_DIR", "Holder", "Lease", "acquire", "claim_name", "current", "held_message", "hold", "writer_warning"]
+__all__ = ["LEASE_DIR", "Holder", "Lease", "acquire", "claim_name", "current", "held_generation", "held_message",
+           "hold", "superseded", "writer_warning"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,23 @@ CLAIM_TRIES = 5
 def claim_name(generation: int) -> str:
     """The claim file of a generation, `_lease/000000000007.json` (fixed width: names sort as numbers)."""
     return f"{LEASE_DIR}/{generation:012d}.json"
+
+
+def superseded(root: RunRoot, generation: int) -> bool:
+    """Whether a claim after `generation` exists: the run that held it was taken over, and nothing it still runs
+    may write the root. One HEAD request, not a listing: taking a lease over claims the next number."""
+    return root.exists(claim_name(generation + 1))
+
+
+_HELD: dict[str, int] = {}
+"""Run roots whose lease this process holds (`hold`) -> the generation it holds."""
+
+
+def held_generation(root: RunRoot) -> int | None:
+    """The generation of `root`'s lease this process holds, None when it holds none. A driver hands it to its
+    replicas: a killed driver's replicas live on for about a second, and their prediction writer checks it
+    (`superseded`) before each commit, so a rerun that took the lease over in that second runs nothing twice."""
+    return _HELD.get(root.uri)
 
 
 @dataclass(frozen=True)
@@ -228,8 +246,7 @@ class Lease:
             self.renew()
 
     def _still_mine(self) -> bool:
-        # One HEAD per heartbeat, not a listing: a process taking the lease over claims the number after ours.
-        if not self.root.exists(claim_name(self.holder.generation + 1)):
+        if not superseded(self.root, self.holder.generation):  # one HEAD per heartbeat
             return True
         latest = current(self.root)
         if latest is not None and latest.generation == self.holder.generation:
@@ -310,4 +327,8 @@ def hold(root: RunRoot, store: StoreConfig, *, command: str, writer: bool = True
         yield None
         return
     with lease:
-        yield lease
+        _HELD[root.uri] = lease.holder.generation
+        try:
+            yield lease
+        finally:
+            _HELD.pop(root.uri, None)

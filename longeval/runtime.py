@@ -11,7 +11,7 @@ import time
 
 from longeval import interrupt, reaper
 from longeval.config import Config
-from longeval.errors import ConfigError, LongevalError
+from longeval.errors import ConfigError, LongevalError, find_error
 from longeval.store import RunRoot
 
 log = logging.getLogger(__name__)
@@ -139,10 +139,8 @@ def unwrap_ray_errors(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except Exception as exc:
-        cause = exc
-        while cause is not None and not isinstance(cause, LongevalError):
-            cause = getattr(cause, "cause", None) or cause.__cause__
-        if isinstance(cause, LongevalError):
+        cause = find_error(exc, LongevalError)
+        if cause is not None and cause is not exc:  # never `raise exc from exc`: an error its own cause loops walks
             raise cause from exc
         raise
 

@@ -75,7 +75,7 @@ def test_a_replica_that_died_of_a_full_disk_stops_the_run_instead_of_restarting(
     """Mock of `os.fsync` raising ENOSPC under the predictions writer; the driver's check gets the Ray error."""
     import ray.exceptions
 
-    from longeval.stages.infer import _Writer, stop_on_disk_full
+    from longeval.stages.infer import _Writer, stop_on_fatal
 
     writer = _Writer(RunRoot(str(tmp_path)), extra={"model_id": "m", "replica": "r0", "node": "n"}, interval_s=0.0)
     monkeypatch.setattr("longeval.files.os.fsync", _full)
@@ -85,9 +85,9 @@ def test_a_replica_that_died_of_a_full_disk_stops_the_run_instead_of_restarting(
         writer.close()
     died = ray.exceptions.RayTaskError("run", "Traceback ...", info.value).as_instanceof_cause()
     with pytest.raises(DiskFullError) as stopped:
-        stop_on_disk_full(died)
+        stop_on_fatal(died)
     assert str(stopped.value) == str(info.value) and "No space left on device" in str(stopped.value)
-    stop_on_disk_full(ray.exceptions.RayTaskError("run", "tb", RuntimeError("engine died")))  # others: restart
+    stop_on_fatal(ray.exceptions.RayTaskError("run", "tb", RuntimeError("engine died")))  # others: restart
 
 
 def _mount_tiny_tmpfs(path: Path) -> bool:

@@ -302,3 +302,46 @@ def test_compare_and_report_warn_about_a_root_being_written(tmp_path: Path, caps
     cli._warn_if_written([root.uri])
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and out.startswith("warning: run root ") and "host elsewhere pid 4242" in out
+
+
+# -- the fence: a taken-over run's replicas write nothing more ------------------------------------------------
+
+
+def test_a_taken_over_runs_replica_writer_commits_nothing_more(root: RunRoot) -> None:
+    """A killed driver's replicas outlive it by about a second and committed parts a rerun had listed as not done
+    (it ran them again); a driver past its stale limit has replicas that would write on. A replica's writer gets
+    the driver's lease generation and, before each part, refuses once a later claim exists. The driver stops on
+    that error instead of restarting the replica (`stop_on_fatal`)."""
+    import ray.exceptions
+
+    from longeval.config import StoreConfig
+    from longeval.errors import LeaseLostError
+    from longeval.records import PREDICTION_SCHEMA, Prediction
+    from longeval.stages.infer import _Writer, stop_on_fatal
+
+    def rows(start: int, n: int) -> list[dict]:
+        return [Prediction(instance_id=f"i{k}", model_id="m", output="x", output_tokens=1, finish_reason="stop",
+                           cached_prompt_tokens=0, latency_s=0.0).to_row() for k in range(start, start + n)]
+
+    assert lease.held_generation(root) is None
+    with lease.hold(root, StoreConfig(), command="longeval infer") as held:
+        generation = lease.held_generation(root)
+        assert generation == held.holder.generation
+        writer = _Writer(root, extra={"model_id": "m", "replica": "r0", "node": "n"}, interval_s=0.0,
+                         fence=generation)
+        writer.put(rows(0, 2))
+        deadline = time.monotonic() + 30
+        while writer.count < 2 and writer.error is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert writer.count == 2 and not lease.superseded(root, generation)
+        later = _take(root, take_over=True)  # the rerun
+        assert lease.superseded(root, generation)
+        writer.put(rows(2, 3))
+        with pytest.raises(LeaseLostError, match=f"claim {generation + 1}") as lost:
+            writer.close()
+        later.release()
+    assert lease.held_generation(root) is None
+    assert root.read_stage("predictions", PREDICTION_SCHEMA, columns=["instance_id"]).num_rows == 2
+    died = ray.exceptions.RayTaskError("run", "Traceback ...", lost.value).as_instanceof_cause()
+    with pytest.raises(LeaseLostError):
+        stop_on_fatal(died)

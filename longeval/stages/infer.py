@@ -38,9 +38,10 @@ from longeval.dispatch import OPEN_SHARDS, Work, WorkQueue, assign, group_by_con
 from longeval.engines import replica_engine_class
 from longeval.engines.openai_compat import ApiPredictor
 from longeval.engines.vllm_engine import Request
-from longeval.errors import DiskFullError, LongevalError, find_error
+from longeval.errors import DiskFullError, LeaseLostError, LongevalError, find_error
 from longeval.followup import write_followups
 from longeval.heap import release_freed_memory
+from longeval.lease import held_generation, superseded
 from longeval.plan import Plan, Pool, in_plan, suite_seq_tokens
 from longeval.plan import size_pool as plan_size_pool
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, ErrorKind, Prediction, prediction_table
@@ -214,25 +215,26 @@ class Replica:
         return self.writer.finished if self.writer is not None else 0
 
     def run(self, work: list[tuple[str, str]], inflight: int | None = None, commit_interval_s: float = 30.0,
-            shards: dict[str, int | None] | None = None) -> dict:
+            shards: dict[str, int | None] | None = None, fence: int | None = None) -> dict:
         """Run `(instance_id, shard prefix)` pairs in this order (static dispatch); returns the engine's figures
         (its whole life's, with `runs`: an engine kept across adaptive rounds runs once per round, and `rows`:
         this run's). `shards`: the instance shards that hold them and their bytes, as the driver listed them
-        (None: list)."""
-        return self._run(iter(work), inflight or 2 * self.engine.max_num_seqs, commit_interval_s, shards)
+        (None: list). `fence`: the generation of the run root's lease the driver holds (`_Writer`)."""
+        return self._run(iter(work), inflight or 2 * self.engine.max_num_seqs, commit_interval_s, shards, fence)
 
     def run_queue(self, queue: Any, k: int, inflight: int | None = None, commit_interval_s: float = 30.0,
-                  shards: dict[str, int | None] | None = None) -> dict:
+                  shards: dict[str, int | None] | None = None, fence: int | None = None) -> dict:
         """Take contexts from the pool's `WorkQueue` actor as the engine has room, until the queue is empty
         (dynamic dispatch). The window defaults to `max_num_seqs`: a replica takes no more than its engine runs,
         so what it has not started stays in the queue for a free replica."""
-        return self._run(self._from_queue(queue, k), inflight or self.engine.max_num_seqs, commit_interval_s, shards)
+        return self._run(self._from_queue(queue, k), inflight or self.engine.max_num_seqs, commit_interval_s, shards,
+                         fence)
 
     def _run(self, work: Iterator[tuple[str, str] | None], inflight: int, commit_interval_s: float,
-             shards: dict[str, int | None] | None) -> dict:
+             shards: dict[str, int | None] | None, fence: int | None) -> dict:
         began = time.perf_counter()
         self.writer = _Writer(self.root, extra={"model_id": self.model_id, "replica": self.name, "node": self.node},
-                              interval_s=commit_interval_s)
+                              interval_s=commit_interval_s, fence=fence)
         self.finished_ids: list[str] = []
         try:
             for rows in self.engine.stream(self._requests(work, shards), inflight=inflight):
@@ -410,11 +412,17 @@ class _Writer:
     Rows are gathered for up to `interval_s` after the first of them finished (or `max_rows` of them), then
     committed as one part: a kill -9 loses at most that much finished work, and a long stage leaves one small
     file per interval per replica, not one per row (the stage merges them at its end, `longeval.compact`).
+
+    `fence`: the generation of the root's lease its driver holds. Before each part the writer checks that no
+    later claim exists (`lease.superseded`, one HEAD): a killed driver's replicas live on for about a second (Ray
+    ends them once it sees the driver gone) and committed parts a rerun had already listed as not done, so it ran
+    those prompts again; a driver taken over after missing its stale limit has replicas that would write on.
     """
 
     def __init__(self, root: RunRoot, *, extra: dict[str, str], interval_s: float = 30.0,
-                 max_rows: int = 1024) -> None:
+                 max_rows: int = 1024, fence: int | None = None) -> None:
         self.root, self.extra, self.interval_s, self.max_rows = root, extra, interval_s, max_rows
+        self.fence = fence
         self.queue: queue.Queue[list[dict] | None] = queue.Queue()
         self.count = 0
         """Rows committed."""
@@ -446,8 +454,9 @@ class _Writer:
         return self.count
 
     def _failed(self) -> BaseException:
-        """The writer's error for the engine's thread: a full disk as itself (the driver stops the run on it)."""
-        if isinstance(self.error, DiskFullError):
+        """The writer's error for the engine's thread: a full disk or a lost lease as itself (the driver stops the
+        run on them: a restart cannot help)."""
+        if isinstance(self.error, DiskFullError | LeaseLostError):
             return self.error
         failed = LongevalError(f"writing predictions failed: {self.error}")
         failed.__cause__ = self.error
@@ -471,6 +480,10 @@ class _Writer:
                     break
                 rows += more
             try:
+                if self.fence is not None and superseded(self.root, self.fence):
+                    raise LeaseLostError(
+                        f"run root {self.root.uri}: a later run took this run's lease over (claim {self.fence + 1}); "
+                        f"this replica stops without writing its last {len(rows)} predictions, which that run makes")
                 table = prediction_table([{**row, **self.extra} for row in rows])
                 self.names.append(self.root.write_part("predictions", table))
                 self.count += len(rows)
@@ -636,7 +649,7 @@ class PoolReplicas:
             except ray.exceptions.RayError as exc:
                 for other in created.values():
                     ray.kill(other, no_restart=True)
-                stop_on_disk_full(exc)  # the replica's first write found the disk full: not the engine's fault
+                stop_on_fatal(exc)  # the replica's first write found the disk full: not the engine's fault
                 raise LongevalError(f"the engine of {self.name(k)} failed to start: {_cause(exc)}") from exc
         self.actors.update(created)
         return {k: self.actors[k] for k in ks}
@@ -712,6 +725,8 @@ class _PoolDriver(abc.ABC):
         """Each running `run` call's object ref -> its replica."""
         self.shards: dict[str, int | None] | None = None
         """The instance shards that hold the pool's prompts, from the driver's listing (`pool_shards`)."""
+        self.fence = held_generation(self.root)
+        """The root's lease generation this driver holds, for its replicas' writers (`_Writer`)."""
         self.failures: dict[int, int] = {}
         self.parts: list[str] = []
         """The prediction parts the replicas' finished runs committed (as they reported them)."""
@@ -750,7 +765,7 @@ class _PoolDriver(abc.ABC):
             try:
                 stats = ray.get(ref)
             except ray.exceptions.RayError as exc:
-                stop_on_disk_full(exc)  # a restart would only fill the same disk again
+                stop_on_fatal(exc)  # a restart would only fill the same disk again, or write a root taken over
                 interrupt.check()  # engines in the terminal's process group die of the same Ctrl-C: no restart
                 self.died = True
                 self.replicas.replace(k)
@@ -815,7 +830,7 @@ class _StaticDriver(_PoolDriver):
 
     def _launch_one(self, k: int, actor: Any) -> Any:
         return actor.run.remote([(w.instance_id, w.shard) for w in self.work[k]], self.cfg.cluster.inflight,
-                                self.cfg.cluster.commit_interval_s, self.shards)
+                                self.cfg.cluster.commit_interval_s, self.shards, self.fence)
 
     def _replica_died(self, k: int, exc: BaseException) -> None:
         done = final_ids(self.root)
@@ -846,7 +861,7 @@ class _QueueDriver(_PoolDriver):
     def _launch_one(self, k: int, actor: Any) -> Any:
         self.idle.discard(k)
         return actor.run_queue.remote(self.queue, k, self.cfg.cluster.inflight, self.cfg.cluster.commit_interval_s,
-                                      self.shards)
+                                      self.shards, self.fence)
 
     def _run_ended(self, k: int) -> None:  # noqa: B027 (a hook: static dispatch has nothing to do)
         import ray
@@ -891,18 +906,21 @@ class _QueueDriver(_PoolDriver):
         ray.kill(self.queue, no_restart=True)
 
 
-def stop_on_disk_full(exc: BaseException) -> None:
-    """Raise the DiskFullError a replica died of, if that is what it died of: the run stops with its one line."""
-    full = find_error(exc, DiskFullError)
-    if full is not None:
-        raise DiskFullError(str(full)) from exc  # a fresh one, raised here: the Ray error prints its traceback
+def stop_on_fatal(exc: BaseException) -> None:
+    """Raise the DiskFullError or LeaseLostError a replica died of, if that is what it died of: no restart helps,
+    and the run stops with its one line."""
+    for kind in (DiskFullError, LeaseLostError):
+        found = find_error(exc, kind)
+        if found is not None:
+            raise kind(str(found)) from exc  # a fresh one, raised here: the Ray error prints its traceback
 
 
 def _cause(exc: BaseException) -> str:
     """The innermost message of a Ray error, on one line."""
-    cause = exc
-    while getattr(cause, "cause", None) is not None or cause.__cause__ is not None:
-        cause = getattr(cause, "cause", None) or cause.__cause__
+    cause, seen = exc, {id(exc)}
+    while (following := getattr(cause, "cause", None) or cause.__cause__) is not None and id(following) not in seen:
+        cause = following
+        seen.add(id(cause))
     text = f"{type(cause).__name__}: {cause}".strip().splitlines()
     return text[-1][:500] if text else type(cause).__name__
 
