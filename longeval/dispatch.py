@@ -80,7 +80,8 @@ AFFINITY_SLACK = 0.1
 (`WorkQueue._pick`): within a (task, length) cell contexts cost about the same, so this keeps each pick among
 the heaviest work while letting a replica stay on the shards it has open."""
 AFFINITY_LOOKAHEAD = 256
-"""How far down the queue `WorkQueue._pick` looks for a context from a shard the replica has open."""
+"""How far down the queue `WorkQueue._pick` looks for a context from a shard no other replica has open (a context
+from a shard the replica has open is found through `WorkQueue.waiting`, wherever it lies in the queue)."""
 OPEN_SHARDS = 12
 """How many instance shards a replica's prompt reader keeps open (`stages.infer.PromptReader`), the latest it
 took prompts from: enough for a context several tasks share (each task's prompts sit in shards of its own). The
@@ -114,6 +115,13 @@ class WorkQueue:
         order = sorted(range(len(groups)), key=lambda g: (-sum(w.cost for w in groups[g]), g))
         self.queue: deque[list[Work]] = deque(groups[g] for g in order)
         self.queued_cost = sum(w.cost for w in rows)
+        self.waiting: dict[str, list[list[Work]]] = {}
+        """Each instance shard's queued contexts, in queue order: a replica's next context from the shards it has
+        open is found here, not by scanning the queue. (A scan of its first `AFFINITY_LOOKAHEAD` contexts missed
+        them once a length had thousands of contexts of about one cost: a replica opened 21 shards for 800 prompts
+        and its reader kept every one's row groups.)"""
+        for unit in self.queue:
+            self._wait(unit, at_front=False)
         self.held: dict[int, dict[str, Work]] = {k: {} for k in range(replicas)}
         """What each replica took and has not reported finished, by instance id."""
         self.held_cost = dict.fromkeys(range(replicas), 0)
@@ -156,6 +164,9 @@ class WorkQueue:
             if held and self.held_cost[replica] + cost > share:
                 break
             del self.queue[at]
+            for shard in {w.shard for w in unit}:
+                units = self.waiting[shard]
+                del units[next(i for i, u in enumerate(units) if u is unit)]
             self._open(replica, sorted({w.shard for w in unit}))
             self.queued_cost -= cost
             self.held_cost[replica] += cost
@@ -165,25 +176,35 @@ class WorkQueue:
         return out
 
     def _pick(self, replica: int) -> int:
-        """Where in the queue `replica`'s next context is: among the next contexts that cost nearly what the
-        first does (`AFFINITY_SLACK`, `AFFINITY_LOOKAHEAD`), the first from shards it has open already, else
-        the first from shards no other replica has opened, else the first. So each instance shard is read by
-        about one replica (on S3 a file's requests are paid once, not by every replica of the pool), while the
-        order stays heaviest first within the slack."""
-        first = sum(w.cost for w in self.queue[0])
-        best, best_rank = 0, -1
+        """Where in the queue `replica`'s next context is: among the contexts that cost nearly what the first does
+        (`AFFINITY_SLACK`), one from the shards it has open already (the latest opened first, so its reader
+        finishes a shard before the next), else among the next `AFFINITY_LOOKAHEAD` the first from shards no other
+        replica has opened, else the first. So each instance shard is read by about one replica, a shard at a time
+        (on S3 a file's requests are paid once, not by every replica of the pool; a reader holds the row groups of
+        the shards it is on), while the order stays heaviest first within the slack."""
+        floor = sum(w.cost for w in self.queue[0]) * (1 - AFFINITY_SLACK)
+        opened = self.opened[replica]
+        for shard in reversed(opened):
+            for unit in self.waiting.get(shard, ()):
+                if sum(w.cost for w in unit) < floor:
+                    break
+                if {w.shard for w in unit} <= opened.keys():
+                    return next(i for i, u in enumerate(self.queue) if u is unit)
         for at in range(min(AFFINITY_LOOKAHEAD, len(self.queue))):
             unit = self.queue[at]
-            if sum(w.cost for w in unit) < first * (1 - AFFINITY_SLACK):
+            if sum(w.cost for w in unit) < floor:
                 break
-            shards = {w.shard for w in unit}
-            rank = (2 if shards <= self.opened[replica].keys()
-                    else 1 if all(self.readers.get(shard, set()) <= {replica} for shard in shards) else 0)
-            if rank > best_rank:
-                best, best_rank = at, rank
-                if rank == 2:
-                    break
-        return best
+            if all(self.readers.get(w.shard, set()) <= {replica} for w in unit):
+                return at
+        return 0
+
+    def _wait(self, unit: list[Work], *, at_front: bool) -> None:
+        for shard in sorted({w.shard for w in unit}):
+            units = self.waiting.setdefault(shard, [])
+            if at_front:
+                units.insert(0, unit)
+            else:
+                units.append(unit)
 
     def _share(self, replica: int, now: float) -> float:
         """The cost `replica` may hold: the unfinished cost split by measured speed, or evenly."""
@@ -203,6 +224,7 @@ class WorkQueue:
         if requeue:
             for unit in reversed(group_by_context(left)):
                 self.queue.appendleft(unit)
+                self._wait(unit, at_front=True)
                 self.queued_cost += sum(w.cost for w in unit)
         self.held[replica].clear()
         self.held_cost[replica] = 0
@@ -249,5 +271,6 @@ class WorkQueue:
         """Everything still queued, taken out (for recording when no replica is left to run it)."""
         out = [w for unit in self.queue for w in unit]
         self.queue.clear()
+        self.waiting.clear()
         self.queued_cost = 0
         return out

@@ -185,10 +185,10 @@ def test_the_queue_never_loses_or_repeats_a_prompt_whatever_the_speeds(contexts,
     assert sorted(ran_on) == sorted(w.instance_id for w in rows)
 
 
-def _readers_per_shard(monkeypatch: pytest.MonkeyPatch, lookahead: int) -> float:
+def _readers_per_shard(monkeypatch: pytest.MonkeyPatch, slack: float) -> float:
     """Two equal replicas of 4 slots over 20 shards of 10 contexts each (costs within 5 % of one another): how
     many replicas take prompts from a shard, on average."""
-    monkeypatch.setattr(dispatch, "AFFINITY_LOOKAHEAD", lookahead)
+    monkeypatch.setattr(dispatch, "AFFINITY_SLACK", slack)
     rows = [Work(f"i{s:02d}-{c}", f"c{s:02d}-{c}", 1000 + (s * 7 + c * 13) % 50, f"shard{s:02d}")
             for s in range(20) for c in range(10)]
     _, ran_on = _simulate(rows, [1.0, 1.0], slots=4)
@@ -201,8 +201,8 @@ def _readers_per_shard(monkeypatch: pytest.MonkeyPatch, lookahead: int) -> float
 def test_a_replica_stays_on_the_shards_it_has_open(monkeypatch: pytest.MonkeyPatch) -> None:
     """On S3 every replica that reads a shard pays its requests (a HEAD and range GETs): with shard affinity
     about one replica reads each shard; taking strictly the heaviest context first, nearly both do."""
-    assert _readers_per_shard(monkeypatch, dispatch.AFFINITY_LOOKAHEAD) <= 1.2
-    assert _readers_per_shard(monkeypatch, 1) >= 1.8
+    assert _readers_per_shard(monkeypatch, dispatch.AFFINITY_SLACK) <= 1.2
+    assert _readers_per_shard(monkeypatch, 0.0) >= 1.8
 
 
 def test_affinity_prefers_a_shard_the_replicas_reader_still_has_open_over_one_it_let_go():
@@ -213,3 +213,29 @@ def test_affinity_prefers_a_shard_the_replicas_reader_still_has_open_over_one_it
     taken = [queue.take(0, room=1) for _ in first]
     assert [w.shard for [w] in taken] == [w.shard for w in first]
     assert [w.instance_id for w in queue.take(0, room=1)] == ["b-last"]  # s00 was let go; s13 is open
+
+
+def test_a_replica_finishes_a_shard_before_it_opens_the_next_however_long_the_queue():
+    """1,000 contexts of about one cost (a length's cell at 10x the samples), far more than `AFFINITY_LOOKAHEAD`:
+    the replica's next context from its open shards is found wherever it lies in the queue. A scan of the queue's
+    head missed them, so a replica left 21 shards part-taken at once and its reader held all their row groups."""
+    rows = [Work(f"i{s:02d}-{c:02d}", f"c{s:02d}-{c:02d}", 16_000 + (s * 7919 + c * 104_729) % 800, f"shard{s:02d}")
+            for s in range(40) for c in range(25)]
+    assert len(rows) > 3 * dispatch.AFFINITY_LOOKAHEAD
+    queue = WorkQueue(rows, replicas=1)
+    left = {f"shard{s:02d}": 25 for s in range(40)}
+    part_taken: set[str] = set()
+    most = 0
+    while (got := queue.take(0, 1)) is not None:
+        for w in got:
+            left[w.shard] -= 1
+            part_taken.add(w.shard)
+            if not left[w.shard]:
+                part_taken.discard(w.shard)
+        most = max(most, len(part_taken))
+    assert most == 1 and not any(left.values())
+    _, ran_on = _simulate(rows, [1.0, 1.0], slots=4)  # and two replicas still split the shards between them
+    readers: dict[str, set[int]] = {}
+    for w in rows:
+        readers.setdefault(w.shard, set()).add(ran_on[w.instance_id])
+    assert sum(len(r) for r in readers.values()) / len(readers) <= 1.2
