@@ -73,6 +73,12 @@ PROMPT_GROUP_BYTES = 32 << 20
 shard by shard (the schedule's order, the queue's shard affinity), so this holds the shard it is on, up to 25
 prompts of 256K tokens, whatever the suite's size; a 1M prompt is a row group of its own and is read once."""
 
+PROMPT_RUN = pa.CacheOptions.from_network_metrics(time_to_first_byte_millis=50, transfer_bandwidth_mib_per_sec=100)
+"""How a replica reads a run of a shard's row groups in one request (`read_row_groups`): ranges up to 5 MiB apart
+are joined (Arrow's sizing for a store that takes 50 ms to a first byte and sends 100 MiB/s: a request costs
+about what 5 MiB of transfer does). The other columns between two prompts' token ids, mostly the prompt's text,
+come along and are dropped undecoded; on S3 that is cheaper than a request per prompt."""
+
 WHOLE_READ_BYTES = 256 << 10
 """A shard this small, its size listed, is read whole by `open_shard` (a replica wants its prompts: most of its
 bytes), in one request instead of a 64 KiB footer read and then its pages. A replica keeps at most 12 shards
@@ -566,19 +572,27 @@ class RunRoot:
 
         return self._sized(stage, name, open_, size if size is not None else self._size(stage, name))
 
-    def read_row_group(self, stage: str, name: str, fragment: pads.ParquetFileFragment, group: int,
-                       columns: list[str]) -> pa.Table:
-        """`columns` of one row group of a shard opened with `open_shard`: only their ranges are read, through the
-        store's retries, pages checked against their checksums.
+    @property
+    def remote(self) -> bool:
+        """Whether the root is on S3, where a request costs what megabytes of transfer do."""
+        return self._loc.kind == "s3"
+
+    def read_row_groups(self, stage: str, name: str, fragment: pads.ParquetFileFragment, groups: list[int],
+                        columns: list[str]) -> list[pa.Table]:
+        """`columns` of some row groups of a shard opened with `open_shard`, a table per group: only their ranges
+        are read, joined across what lies between them as `PROMPT_RUN` allows (consecutive groups: one request),
+        through the store's retries, pages checked against their checksums.
 
         Raises:
             DamagedShardError: a page it read is damaged; the shard was set aside here.
         """
         self.check_columns(stage, name, fragment, columns)
+        options = pads.ParquetFragmentScanOptions(pre_buffer=True, page_checksum_verification=True,
+                                                  cache_options=PROMPT_RUN)
 
         def read() -> pa.Table:
             try:
-                return fragment.subset(row_group_ids=[group]).to_table(columns=columns)
+                return fragment.subset(row_group_ids=groups).to_table(columns=columns, fragment_scan_options=options)
             except OSError as exc:
                 damaged = _damaged_page(exc)
                 if damaged is None:
@@ -586,9 +600,15 @@ class RunRoot:
                 raise damaged from exc
 
         try:
-            return self._loc.call(f"read {self.path(stage, name + _PARQUET)}", read)
+            table = self._loc.call(f"read {self.path(stage, name + _PARQUET)}", read)
         except _Unreadable as exc:
             raise self._set_aside(stage, name, str(exc)) from exc
+        out, at = [], 0
+        for g in groups:
+            rows = fragment.metadata.row_group(g).num_rows
+            out.append(table.slice(at, rows).combine_chunks())
+            at += rows
+        return out
 
     def check_columns(self, stage: str, name: str, fragment: pads.ParquetFileFragment, columns: list[str]) -> None:
         """A column the shard does not have is the reader's mismatch, not damage: Arrow says ArrowInvalid for both,

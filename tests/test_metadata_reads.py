@@ -242,7 +242,7 @@ def test_a_read_error_that_is_not_damage_stays_a_store_error_with_a_finite_cause
     fragment = root.open_shard("instances", name)
     (root.local_path() / "instances" / f"{name}.parquet").unlink()
     with pytest.raises(StoreError) as raised:
-        root.read_row_group("instances", name, fragment, 0, ["prompt_token_ids"])
+        root.read_row_groups("instances", name, fragment, [0], ["prompt_token_ids"])
     assert not isinstance(raised.value, DamagedShardError)
     assert raised.value.__cause__ is not None and raised.value.__cause__.__cause__ is not raised.value.__cause__
     assert _cause(raised.value)  # the walk to the innermost error ends

@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -202,11 +203,12 @@ def test_a_replica_given_listed_sizes_reads_a_shard_in_three_requests(
     assert listings == 0 and by_method["HEAD"] == 0 and sum(by_method.values()) <= 3 * N, by_method
 
 
-def _read_every_prompt(uri: str, names: list[str], sizes: dict[str, int]) -> None:
-    """A replica's reads: every prompt of every shard, through the reader a replica uses."""
+def _read_every_prompt(uri: str, names: list[str], sizes: dict[str, int], group_bytes: int | None = None) -> None:
+    """A replica's reads: every prompt of every shard, through the reader a replica uses (`group_bytes`: its
+    budget of decoded row groups, the default's when None)."""
     from longeval.stages.infer import PromptReader
 
-    reader = PromptReader(RunRoot(uri), shards=sizes)
+    reader = PromptReader(RunRoot(uri), shards=sizes, **({} if group_bytes is None else {"group_bytes": group_bytes}))
     for k, name in enumerate(names):
         for i in range(4):
             assert len(reader.request(f"{k}-{i}", name).prompt_token_ids) == 3000
@@ -401,16 +403,48 @@ def test_a_metadata_read_of_a_long_prompts_shard_is_its_footer(meter: S3Meter, l
     assert table["instance_id"].to_pylist() == [f"{k}-{i}" for k in range(N) for i in range(4)]
 
 
-def test_a_replica_reads_a_long_prompts_shard_in_a_get_per_prompt(
+def test_a_replica_reads_a_long_prompts_shard_in_two_gets(
     meter: S3Meter, long_prompt_shards, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A replica's k prompts of a shard: its footer (ids and `max_new_tokens` from its copy), then one GET per
-    prompt, its token ids alone: at most k + 2 requests per shard (it was a GET per row group for the ids and two
-    per prompt)."""
+    """A replica's prompts of a shard: its footer (ids and `max_new_tokens` from its copy), then the token ids of
+    the run of row groups from its first prompt on, in one ranged GET (`store.PROMPT_RUN`; the text between them
+    comes along undecoded). It was a GET per prompt after the footer copy, and a GET per row group and two per
+    prompt before."""
     monkeypatch.setattr("longeval.store.WHOLE_READ_BYTES", 0)
     uri, names = long_prompt_shards
     sizes = RunRoot(uri, remember_listings=True).shard_sizes("instances")
     files, listings = per_file(meter, lambda: _read_every_prompt(uri, names, sizes), uri.split("/", 3)[3])
     read = {name: c for name, c in files.items() if name.startswith("instances/")}
-    assert not listings and len(read) == N and all(set(c) == {"GET"} and c["GET"] <= 4 + 2 for c in read.values()), \
-        read
+    assert not listings and len(read) == N and all(c == Counter({"GET": 2}) for c in read.values()), read
+
+
+def test_a_replica_reads_ahead_only_into_the_budget_its_kept_groups_leave_free(
+    meter: S3Meter, logged_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A context spanning six shards (SYNC's, one per task) asks for a prompt of each in turn, so each shard keeps
+    a group it read ahead. Runs sized by half the whole budget pushed the first shards' groups out before they
+    ran, and they were read again (1.25 x the instance bytes at the full shape); sized by the budget left free,
+    every row group is read exactly once, and runs still join some."""
+    from longeval.stages.infer import PromptReader
+
+    monkeypatch.setattr("longeval.store.ROW_GROUP_BYTES", 16 << 10)
+    monkeypatch.setattr("longeval.store.WHOLE_READ_BYTES", 0)
+    uri = f"s3://{logged_server.bucket}/{PREFIX}/ahead-{time.time_ns()}"
+    names = shards(RunRoot(uri), 6)
+    runs: list[tuple[str, list[int]]] = []
+    read_row_groups = RunRoot.read_row_groups
+
+    def counted(self: RunRoot, stage: str, name: str, fragment: Any, groups: list[int], columns: list[str]) -> Any:
+        runs.append((name, list(groups)))
+        return read_row_groups(self, stage, name, fragment, groups, columns)
+
+    monkeypatch.setattr(RunRoot, "read_row_groups", counted)
+    # 60 KB: five prompts' token ids (12 KB each), a run of two when nothing is kept.
+    reader = PromptReader(RunRoot(uri), shards=RunRoot(uri, remember_listings=True).shard_sizes("instances"),
+                          group_bytes=60_000)
+    for i in range(4):
+        for k, name in enumerate(names):
+            assert reader.request(f"{k}-{i}", name).prompt_token_ids == list(range(3000))
+    groups = Counter((name, g) for name, run in runs for g in run)
+    assert sorted(groups) == [(name, g) for name in names for g in range(4)] and set(groups.values()) == {1}, runs
+    assert max(len(run) for _, run in runs) == 2, runs

@@ -302,9 +302,9 @@ class PromptReader:
     groups that hold the prompts asked for (`store.ROW_GROUP_BYTES` each).
 
     On S3 (one range per request) a shard of long prompts costs its footer read (one or two GETs), which copies its
-    ids and prompts' `max_new_tokens` (`store.FOOTER_METADATA`), then one GET per prompt's row group, its token ids
-    alone; a shard without the copy reads its ids from every row group and two ranges per row group (the metadata
-    columns lie around the prompt text).
+    ids and prompts' `max_new_tokens` (`store.FOOTER_METADATA`), then one GET per run of row groups (`_run`: the
+    prompt's and the next ones not yet read, as far as the free budget allows); a shard without the copy reads
+    its ids from every row group. On a local root a prompt's row group is read alone, its token ids only.
 
     A replica's prompts come shard by shard (`schedule`, and the queue's shard affinity), so it keeps only the
     shards it is on: `open_files` of them (a footer each, a few KB), and of those at most `group_bytes` of decoded
@@ -336,6 +336,8 @@ class PromptReader:
         self.group_bytes = 0
         self.asked: dict[tuple[str, int], set[int]] = {}
         """Of each kept row group, the rows asked for."""
+        self.read: set[tuple[str, int]] = set()
+        """Row groups read once: a run never reads one again (one evicted and then asked for is read alone)."""
 
     def request(self, instance_id: str, prefix: str) -> Request:
         for name in self.by_prefix.get(prefix, ()):
@@ -381,13 +383,36 @@ class PromptReader:
         if key not in self.groups:
             shard = self._file(name)
             columns = ["prompt_token_ids", *(self.metadata_columns if shard.metadata is None else [])]
-            self.groups[key] = self.root.read_row_group("instances", name, shard.file, g, columns)
-            self.group_bytes += self.groups[key].nbytes
+            run = self._run(name, shard.file.metadata, g)
+            tables = self.root.read_row_groups("instances", name, shard.file, run, columns)
+            for at, table in zip(reversed(run), reversed(tables), strict=True):  # g last: the latest used
+                self.groups[(name, at)] = table
+                self.group_bytes += table.nbytes
+            self.read.update((name, at) for at in run)
             while len(self.groups) > 1 and (self.group_bytes > self.group_bytes_max
                                             or len({n for n, _ in self.groups}) > self.open_files_max):
                 self._drop(next(iter(self.groups)))
         self.groups.move_to_end(key)
         return self.groups[key]
+
+    def _run(self, name: str, footer: Any, g: int) -> list[int]:
+        """Row group `g` and, on S3, the next ones of its shard this reader has not read, while their token ids
+        fit in half the budget the kept groups leave free: one request for them all (`RunRoot.read_row_groups`).
+        A shard of long prompts has a row group per prompt and a replica runs most of a shard's prompts (the
+        queue's shard affinity), so a request per prompt was most of `infer`'s requests on S3. Only free budget:
+        a read-ahead that pushed out groups not yet run would have them read again (it did, when runs took half
+        the whole budget: 1.25 x the instance bytes sent at the full shape); half of it, so the next shard a
+        context spans has room for its own."""
+        run = [g]
+        if not self.root.remote:
+            return run  # a local read costs its bytes, not a request: read no text between prompts
+        room = (self.group_bytes_max - self.group_bytes) // 2 - _ids_bytes(footer, g)
+        while g + len(run) < footer.num_row_groups and (name, g + len(run)) not in self.read:
+            room -= _ids_bytes(footer, g + len(run))
+            if room < 0:
+                break
+            run.append(g + len(run))
+        return run
 
     def _asked(self, name: str, g: int, row: int, rows: int) -> None:
         asked = self.asked.setdefault((name, g), set())
@@ -403,7 +428,17 @@ class PromptReader:
         self.files.clear()
         self.groups.clear()
         self.asked.clear()
+        self.read.clear()
         self.group_bytes = 0
+
+
+def _ids_bytes(footer: Any, group: int) -> int:
+    """A row group's token ids as Arrow holds them once read: int32 values and offsets (Parquet's own sizes are
+    of its encodings)."""
+    row_group = footer.row_group(group)
+    tokens = sum(row_group.column(i).num_values for i in range(row_group.num_columns)
+                 if row_group.column(i).path_in_schema.startswith("prompt_token_ids"))
+    return 4 * (tokens + row_group.num_rows + 1)
 
 
 class _Writer:
