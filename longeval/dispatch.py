@@ -114,6 +114,8 @@ class WorkQueue:
         groups = group_by_context(rows)
         order = sorted(range(len(groups)), key=lambda g: (-sum(w.cost for w in groups[g]), g))
         self.queue: deque[list[Work]] = deque(groups[g] for g in order)
+        self.position = {w.instance_id: g for g in order for w in groups[g]}
+        """Each prompt's context's place in the schedule: shard by shard, rows in order."""
         self.queued_cost = sum(w.cost for w in rows)
         self.waiting: dict[str, list[list[Work]]] = {}
         """Each instance shard's queued contexts, in queue order: a replica's next context from the shards it has
@@ -181,15 +183,21 @@ class WorkQueue:
         finishes a shard before the next), else among the next `AFFINITY_LOOKAHEAD` the first from shards no other
         replica has opened, else the first. So each instance shard is read by about one replica, a shard at a time
         (on S3 a file's requests are paid once, not by every replica of the pool; a reader holds the row groups of
-        the shards it is on), while the order stays heaviest first within the slack."""
+        the shards it is on), while the order stays heaviest first within the slack. Of an open shard's contexts,
+        the one first in the schedule (its rows in order, not by a few tokens of cost): the reader reads a run of
+        row groups per request on S3 (`PromptReader`), the prompts it runs next."""
         floor = sum(w.cost for w in self.queue[0]) * (1 - AFFINITY_SLACK)
         opened = self.opened[replica]
         for shard in reversed(opened):
+            ours = []
             for unit in self.waiting.get(shard, ()):
                 if sum(w.cost for w in unit) < floor:
                     break
                 if {w.shard for w in unit} <= opened.keys():
-                    return next(i for i, u in enumerate(self.queue) if u is unit)
+                    ours.append(unit)
+            if ours:
+                unit = min(ours, key=lambda u: self.position[u[0].instance_id])
+                return next(i for i, u in enumerate(self.queue) if u is unit)
         for at in range(min(AFFINITY_LOOKAHEAD, len(self.queue))):
             unit = self.queue[at]
             if sum(w.cost for w in unit) < floor:

@@ -132,6 +132,20 @@ def test_heaviest_contexts_go_out_first():
     assert order == ["i1", "i3", "i2", "i0", "i4"]  # equal costs keep the schedule's order
 
 
+def test_a_replica_takes_an_open_shards_prompts_in_row_order_among_near_equal_costs():
+    """Long prompts of one cell differ by a few tokens, so strictly heaviest first took a shard's rows in a
+    scrambled order; on S3 a replica's reader reads a run of rows per request (`PromptReader._run`), so within
+    the affinity slack the schedule's order wins. Clearly heavier work still goes first."""
+    costs = [1_000_000, 1_000_300, 999_800, 1_000_100, 1_000_200, 999_900]
+    rows = [Work(f"i{k}", f"c{k}", cost, "s") for k, cost in enumerate(costs)]
+    rows.append(Work("big", "cbig", 2_000_000, "t"))
+    queue = WorkQueue(rows, 1)
+    taken = [w.instance_id for _ in range(len(rows)) for w in queue.take(0, 1, finished=[])]
+    assert taken[0] == "big"
+    assert taken.index("i1") == 1  # the first of the cell opens its shard (heaviest first) ...
+    assert [t for t in taken if t not in ("big", "i1")] == ["i0", "i2", "i3", "i4", "i5"]  # ... then row order
+
+
 def test_a_replica_holding_its_fair_share_waits_and_one_holding_nothing_always_gets_work():
     queue = WorkQueue(_rows(8), 2)
     first = queue.take(0, 100)
