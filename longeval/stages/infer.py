@@ -385,6 +385,8 @@ class PromptReader:
             columns = ["prompt_token_ids", *(self.metadata_columns if shard.metadata is None else [])]
             run = self._run(name, shard.file.metadata, g)
             tables = self.root.read_row_groups("instances", name, shard.file, run, columns)
+            if self.root.remote:
+                release_freed_memory()  # what the S3 client's threads freed stays in their heaps otherwise
             for at, table in zip(reversed(run), reversed(tables), strict=True):  # g last: the latest used
                 self.groups[(name, at)] = table
                 self.group_bytes += table.nbytes
