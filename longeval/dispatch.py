@@ -47,6 +47,15 @@ def group_by_context(rows: Sequence[Work]) -> list[list[Work]]:
     return list(groups.values())
 
 
+def reads(rows: Sequence[Work]) -> list[tuple[str, str, int]]:
+    """Each row as a replica reads it: `(instance_id, shard, how many shards its context's prompts lie in)`. A
+    SYNC context spans its tasks' shards; the reader splits its read-ahead budget among them
+    (`stages.infer.PromptReader`)."""
+    count = {context: len({w.shard for w in group})
+             for group in group_by_context(rows) for context in {group[0].context_id or group[0].instance_id}}
+    return [(w.instance_id, w.shard, count[w.context_id or w.instance_id]) for w in rows]
+
+
 def assign(rows: Sequence[Work], replicas: int) -> list[list[Work]]:
     """Each replica's prompts, in engine order: contexts kept whole, token cost balanced.
 
@@ -180,12 +189,12 @@ class WorkQueue:
     def _pick(self, replica: int) -> int:
         """Where in the queue `replica`'s next context is: among the contexts that cost nearly what the first does
         (`AFFINITY_SLACK`), one from the shards it has open already (the latest opened first, so its reader
-        finishes a shard before the next), else among the next `AFFINITY_LOOKAHEAD` the first from shards no other
+        finishes a shard before the next), else among the next `AFFINITY_LOOKAHEAD` one from shards no other
         replica has opened, else the first. So each instance shard is read by about one replica, a shard at a time
         (on S3 a file's requests are paid once, not by every replica of the pool; a reader holds the row groups of
-        the shards it is on), while the order stays heaviest first within the slack. Of an open shard's contexts,
-        the one first in the schedule (its rows in order, not by a few tokens of cost): the reader reads a run of
-        row groups per request on S3 (`PromptReader`), the prompts it runs next."""
+        the shards it is on), while the order stays heaviest first within the slack. Of a shard's contexts, the
+        one first in the schedule (its rows in order, not by a few tokens of cost): the reader reads a run of row
+        groups per request on S3 (`PromptReader`), the prompts it runs next."""
         floor = sum(w.cost for w in self.queue[0]) * (1 - AFFINITY_SLACK)
         opened = self.opened[replica]
         for shard in reversed(opened):
@@ -203,7 +212,11 @@ class WorkQueue:
             if sum(w.cost for w in unit) < floor:
                 break
             if all(self.readers.get(w.shard, set()) <= {replica} for w in unit):
-                return at
+                # A shard no one reads: from its first row in the schedule, not from its heaviest.
+                first = min((u for u in self.waiting[unit[0].shard] if sum(w.cost for w in u) >= floor
+                             and all(self.readers.get(w.shard, set()) <= {replica} for w in u)),
+                            key=lambda u: self.position[u[0].instance_id])
+                return next(i for i, u in enumerate(self.queue) if u is first)
         return 0
 
     def _wait(self, unit: list[Work], *, at_front: bool) -> None:

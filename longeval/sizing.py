@@ -39,7 +39,7 @@ from longeval.config import Config, Dispatch, Engine
 from longeval.cost import DEFAULT_GPU, Cost, call_cost, replica_shape
 from longeval.instance_cache import cache_uri
 from longeval.plan import Plan, Pool, size_pool, suite_seq_tokens
-from longeval.store import PROMPT_GROUP_BYTES
+from longeval.store import prompt_group_bytes
 from longeval.tasks import get_task
 from longeval.tasks.base import output_budget
 from longeval.text.render import prompt_format
@@ -229,7 +229,8 @@ class PoolSizing:
     max_num_seqs: int | None
     read_ahead_bytes: int
     row_group_bytes: int
-    """The prompt reader's cache of decoded row groups: `store.PROMPT_GROUP_BYTES`, or the pool's ids if less."""
+    """The prompt reader's cache of decoded row groups: `store.prompt_group_bytes` of the pool's largest context,
+    or the pool's ids if less."""
     replica_bytes: int | None
     """Host memory a replica's data path holds: window x longest x bytes per token, read-ahead, row-group cache,
     input batch."""
@@ -334,6 +335,16 @@ def _cells(cfg: Config, plan: Plan) -> list[_Cell]:
         cells.append(_Cell(task, length, sum(sizes), len(sizes), output_budget(spec, fmt, length),
                            spec.followup_budget if spec.followup is not None else 0, figures_for(task)))
     return cells
+
+
+def _largest_context(cells: list[_Cell]) -> int:
+    """Prompt tokens of the largest context of these cells: the tasks that share a context group share one
+    context per length (SYNC's), each of the others is a context of its own."""
+    sharing: dict[tuple[str, int], int] = {}
+    for c in cells:
+        key = (get_task(c.task).context_group or c.task, c.length)
+        sharing[key] = sharing.get(key, 0) + c.length
+    return max(sharing.values(), default=0)
 
 
 def _calls(cell: _Cell) -> int:
@@ -456,10 +467,11 @@ def _size_pool(cfg: Config, pool: Pool, cells: list[_Cell], arch: ModelArch | No
         rows = min(shard_size, biggest.instances)
         read_ahead = round(READ_AHEAD_SHARDS * rows * (biggest.figures.disk(biggest.length)
                                                        + biggest.length * IDS_ARROW_BYTES_PER_TOKEN))
-    # The prompt reader's decoded row groups beyond the one being read: up to its budget, never more than the
-    # pool's prompts hold (so that shards a replica's list interleaves are read once, `infer.PromptReader`).
+    # The prompt reader's decoded row groups beyond the one being read: up to its budget (room for a few of the
+    # pool's largest contexts, as the driver gives it), never more than the pool's prompts hold (so that shards a
+    # replica's list interleaves are read once, `infer.PromptReader`).
     pool_ids = sum(c.instances * c.length * IDS_ARROW_BYTES_PER_TOKEN for c in sent)
-    row_groups = round(min(PROMPT_GROUP_BYTES, pool_ids))
+    row_groups = round(min(prompt_group_bytes(_largest_context(sent)), pool_ids))
     replica_bytes = None
     per_token = PYLIST_BYTES_PER_TOKEN + (ENGINE_BYTES_PER_TOKEN if vllm else 0.0)
     if window is not None:

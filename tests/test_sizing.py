@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from longeval import sizing
+from longeval import sizing, store
 from longeval.capacity import find_model_arch, kv_cache_tokens
 from longeval.config import load_config
 from longeval.cost import call_cost
@@ -113,7 +113,7 @@ def test_replica_memory_is_set_by_the_window_not_by_the_suite():
     # From 5,000 samples on, the prompts of even the 4K pool fill the prompt reader's row-group budget.
     _, _, s = _size("suite.tasks=[vt,niah_single_2]", "suite.lengths=[4096,131072]", "suite.samples=5000")
     _, _, ten = _size("suite.tasks=[vt,niah_single_2]", "suite.lengths=[4096,131072]", "suite.samples=50000")
-    assert all(p.row_group_bytes == sizing.PROMPT_GROUP_BYTES for p in s.pools)
+    assert all(p.row_group_bytes == store.PROMPT_GROUP_BYTES for p in s.pools)
     assert ten.instances_bytes == pytest.approx(10 * s.instances_bytes)
     assert [p.replica_bytes for p in ten.pools] == [p.replica_bytes for p in s.pools]
     assert ten.generation_actor_bytes == s.generation_actor_bytes
@@ -127,11 +127,27 @@ def test_replica_memory_is_the_window_of_prompts_plus_one_shard_read_ahead_and_t
     per_token = sizing.PYLIST_BYTES_PER_TOKEN + sizing.ENGINE_BYTES_PER_TOKEN
     read_ahead = 25 * ((100 + 131072) + 131072 * sizing.IDS_ARROW_BYTES_PER_TOKEN)  # a shard's file and its ids
     input_batch = pool.tensor_parallel_size * pool.max_num_seqs * 131072 * sizing.INPUT_BATCH_BYTES_PER_SLOT_TOKEN
-    row_groups = min(sizing.PROMPT_GROUP_BYTES, 100 * 131072 * sizing.IDS_ARROW_BYTES_PER_TOKEN)
+    row_groups = min(store.PROMPT_GROUP_BYTES, 100 * 131072 * sizing.IDS_ARROW_BYTES_PER_TOKEN)
     assert pool.read_ahead_bytes == read_ahead and pool.row_group_bytes == row_groups
     assert pool.replica_bytes == round(6 * 131072 * per_token + read_ahead + row_groups + input_batch)
     assert pool.replicas_per_node == min(pool.replicas, 8 // pool.tensor_parallel_size)
     assert s.replica_node_bytes == pool.replica_bytes * pool.replicas_per_node
+
+
+def test_a_pool_of_shared_contexts_plans_a_row_group_budget_of_a_few_of_them():
+    """SYNC's graph tasks share a context: at 1M three 4 MiB row groups in three shards, more than a replica's
+    default budget holds runs of; the plan counts the budget the driver gives that pool's replicas."""
+    def pools(tasks: str) -> dict:
+        _, _, s = _size("model=ultralong8b_1m", f"suite.tasks=[{tasks}]", "suite.lengths=[131072,1048576]",
+                        "suite.samples=100")
+        return {p.lengths: p for p in s.pools}
+
+    shared, alone = pools("connected_nodes,shortest_path,longest_path,vt"), pools("vt")
+    assert shared[(1048576,)].row_group_bytes == store.PROMPT_CONTEXTS_AHEAD * 4 * 3 * 1048576
+    assert alone[(1048576,)].row_group_bytes == store.PROMPT_GROUP_BYTES  # four 1M prompts fit the default
+    assert shared[(131072,)].row_group_bytes == store.PROMPT_GROUP_BYTES
+    extra = shared[(1048576,)].row_group_bytes - store.PROMPT_GROUP_BYTES
+    assert shared[(1048576,)].replica_bytes - alone[(1048576,)].replica_bytes >= extra
 
 
 def test_unknown_architecture_names_what_cannot_be_sized_and_still_sizes_disk():

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from longeval import interrupt
 from longeval.compact import compact_predictions
 from longeval.config import Config, Dispatch
-from longeval.dispatch import OPEN_SHARDS, Work, WorkQueue, assign, group_by_context
+from longeval.dispatch import OPEN_SHARDS, Work, WorkQueue, assign, group_by_context, reads
 from longeval.engines import replica_engine_class
 from longeval.engines.openai_compat import ApiPredictor
 from longeval.engines.vllm_engine import Request
@@ -47,7 +47,7 @@ from longeval.plan import size_pool as plan_size_pool
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, ErrorKind, Prediction, prediction_table
 from longeval.redaction import Redactor
 from longeval.shards import ShardName
-from longeval.store import PROMPT_GROUP_BYTES, Elsewhere, RunRoot
+from longeval.store import PROMPT_GROUP_BYTES, Elsewhere, RunRoot, prompt_group_bytes
 from longeval.tasks import TASKS
 
 log = logging.getLogger(__name__)
@@ -159,15 +159,17 @@ def record_too_long(cfg: Config, pool: Pool, todo: pa.Table, root: RunRoot) -> p
 def schedule(todo: pa.Table) -> list[Work]:
     """The pool's prompts in engine order: tasks that share contexts side by side (same context group, length
     and index), so a context's prompts reach one engine together and its prefix cache computes the context
-    once, and shard by shard, so a replica's reader keeps one shard's row groups at a time; the order is a
-    function of the instances alone."""
+    once, and shard by shard in the shard's row order (`index`), so a replica's reader keeps one shard's row
+    groups at a time and on S3 reads the rows it runs next in one request. The order is a function of the
+    instances alone. (It was by `context_id` within a shard, a hash: the queue then handed a shard's rows in
+    random order and a 1M shard's read-ahead was wasted, a GET per prompt.)"""
     rows = todo.select(["instance_id", "family", "task", "context_id", "target_length", "input_tokens",
-                        "max_new_tokens", "seed", "shard_index"]).to_pylist()
+                        "max_new_tokens", "seed", "shard_index", "index"]).to_pylist()
     for row in rows:
         spec = TASKS.get(f"{row['family']}/{row['task']}")
         row["group"] = (spec.context_group if spec else "") or f"{row['family']}/{row['task']}"
-    rows.sort(key=lambda r: (r["group"], r["target_length"], r["shard_index"], r["context_id"], r["task"],
-                             r["instance_id"]))
+    rows.sort(key=lambda r: (r["group"], r["target_length"], r["shard_index"], r["index"], r["context_id"],
+                             r["task"], r["instance_id"]))
     return [Work(r["instance_id"], r["context_id"], int(r["input_tokens"]) + int(r["max_new_tokens"]),
                  shard_of(r)) for r in rows]
 
@@ -214,30 +216,35 @@ class Replica:
         """Rows the current (or last) `run` has finished (committed within `commit_interval_s`)."""
         return self.writer.finished if self.writer is not None else 0
 
-    def run(self, work: list[tuple[str, str]], inflight: int | None = None, commit_interval_s: float = 30.0,
-            shards: dict[str, int | None] | None = None, fence: int | None = None) -> dict:
-        """Run `(instance_id, shard prefix)` pairs in this order (static dispatch); returns the engine's figures
+    def run(self, work: list[tuple[str, str, int]], inflight: int | None = None, commit_interval_s: float = 30.0,
+            shards: dict[str, int | None] | None = None, fence: int | None = None,
+            group_bytes: int = PROMPT_GROUP_BYTES) -> dict:
+        """Run `(instance_id, shard prefix, shards its context spans)` (`dispatch.reads`) in this order (static
+        dispatch); returns the engine's figures
         (its whole life's, with `runs`: an engine kept across adaptive rounds runs once per round, and `rows`:
         this run's). `shards`: the instance shards that hold them and their bytes, as the driver listed them
-        (None: list). `fence`: the generation of the run root's lease the driver holds (`_Writer`)."""
-        return self._run(iter(work), inflight or 2 * self.engine.max_num_seqs, commit_interval_s, shards, fence)
+        (None: list). `fence`: the generation of the run root's lease the driver holds (`_Writer`). `group_bytes`:
+        the prompt reader's budget of decoded row groups (`store.prompt_group_bytes`)."""
+        return self._run(iter(work), inflight or 2 * self.engine.max_num_seqs, commit_interval_s, shards, fence,
+                         group_bytes)
 
     def run_queue(self, queue: Any, k: int, inflight: int | None = None, commit_interval_s: float = 30.0,
-                  shards: dict[str, int | None] | None = None, fence: int | None = None) -> dict:
+                  shards: dict[str, int | None] | None = None, fence: int | None = None,
+                  group_bytes: int = PROMPT_GROUP_BYTES) -> dict:
         """Take contexts from the pool's `WorkQueue` actor as the engine has room, until the queue is empty
         (dynamic dispatch). The window defaults to `max_num_seqs`: a replica takes no more than its engine runs,
         so what it has not started stays in the queue for a free replica."""
         return self._run(self._from_queue(queue, k), inflight or self.engine.max_num_seqs, commit_interval_s, shards,
-                         fence)
+                         fence, group_bytes)
 
-    def _run(self, work: Iterator[tuple[str, str] | None], inflight: int, commit_interval_s: float,
-             shards: dict[str, int | None] | None, fence: int | None) -> dict:
+    def _run(self, work: Iterator[tuple[str, str, int] | None], inflight: int, commit_interval_s: float,
+             shards: dict[str, int | None] | None, fence: int | None, group_bytes: int) -> dict:
         began = time.perf_counter()
         self.writer = _Writer(self.root, extra={"model_id": self.model_id, "replica": self.name, "node": self.node},
                               interval_s=commit_interval_s, fence=fence)
         self.finished_ids: list[str] = []
         try:
-            for rows in self.engine.stream(self._requests(work, shards), inflight=inflight):
+            for rows in self.engine.stream(self._requests(work, shards, group_bytes), inflight=inflight):
                 self.writer.put(rows)
                 self.finished_ids += [row["instance_id"] for row in rows]
         finally:
@@ -249,9 +256,9 @@ class Replica:
         self.root.write_json(self.record, {**self.info, "stats": stats})
         return {**stats, "parts": self.writer.names}  # the driver then knows them without a listing
 
-    def _from_queue(self, queue: Any, k: int) -> Iterator[tuple[str, str] | None]:
-        """The queue's contexts as `(instance_id, shard prefix)` pairs; None while the queue holds this replica's
-        next work back (it holds its fair share: asked again once some of it finished)."""
+    def _from_queue(self, queue: Any, k: int) -> Iterator[tuple[str, str, int] | None]:
+        """The queue's contexts as `(instance_id, shard prefix, shards the context spans)`; None while the queue
+        holds this replica's next work back (it holds its fair share: asked again once some of it finished)."""
         import ray
 
         held_back = False
@@ -266,11 +273,13 @@ class Replica:
             held_back = not got
             if held_back:
                 yield None
-            yield from ((w.instance_id, w.shard) for w in got)
+            yield from reads(got)
 
-    def _requests(self, work: Iterator[tuple[str, str] | None], shards: dict[str, int | None] | None) -> Iterator:
+    def _requests(self, work: Iterator[tuple[str, str, int] | None], shards: dict[str, int | None] | None,
+                  group_bytes: int) -> Iterator:
         """The token ids of each prompt, read as the engine asks for them (`PromptReader`); None passed on."""
-        reader = PromptReader(self.root, shards=shards, references=self.engine.needs_references)
+        reader = PromptReader(self.root, shards=shards, group_bytes=group_bytes,
+                              references=self.engine.needs_references)
         try:
             for item in work:
                 yield None if item is None else reader.request(*item)
@@ -339,12 +348,14 @@ class PromptReader:
         self.read: set[tuple[str, int]] = set()
         """Row groups read once: a run never reads one again (one evicted and then asked for is read alone)."""
 
-    def request(self, instance_id: str, prefix: str) -> Request:
+    def request(self, instance_id: str, prefix: str, spans: int = 1) -> Request:
+        """The prompt's request. `spans`: how many shards its context's prompts lie in (`dispatch.reads`): a
+        read-ahead on S3 takes that share of the free budget, so each of a SYNC context's shards has room."""
         for name in self.by_prefix.get(prefix, ()):
             found = self._index(name).get(instance_id)
             if found is not None:
                 g, row, file_row = found
-                group, copied = self._group(name, g), self._file(name).metadata
+                group, copied = self._group(name, g, spans), self._file(name).metadata
                 metadata, at = (group, row) if copied is None else (copied, file_row)
                 values = group["prompt_token_ids"][row].values
                 if len(values) >= RELEASE_BEFORE_TOKENS:
@@ -378,12 +389,12 @@ class PromptReader:
             self.where[name] = {id_: (g, row, at) for at, (id_, (g, row)) in enumerate(zip(ids, places, strict=True))}
         return self.where[name]
 
-    def _group(self, name: str, g: int) -> pa.Table:
+    def _group(self, name: str, g: int, spans: int = 1) -> pa.Table:
         key = (name, g)
         if key not in self.groups:
             shard = self._file(name)
             columns = ["prompt_token_ids", *(self.metadata_columns if shard.metadata is None else [])]
-            run = self._run(name, shard.file.metadata, g)
+            run = self._run(name, shard.file.metadata, g, spans)
             tables = self.root.read_row_groups("instances", name, shard.file, run, columns)
             if self.root.remote:
                 release_freed_memory()  # what the S3 client's threads freed stays in their heaps otherwise
@@ -397,18 +408,21 @@ class PromptReader:
         self.groups.move_to_end(key)
         return self.groups[key]
 
-    def _run(self, name: str, footer: Any, g: int) -> list[int]:
+    def _run(self, name: str, footer: Any, g: int, spans: int) -> list[int]:
         """Row group `g` and, on S3, the next ones of its shard this reader has not read, while their token ids
-        fit in half the budget the kept groups leave free: one request for them all (`RunRoot.read_row_groups`).
-        A shard of long prompts has a row group per prompt and a replica runs most of a shard's prompts (the
-        queue's shard affinity), so a request per prompt was most of `infer`'s requests on S3. Only free budget:
-        a read-ahead that pushed out groups not yet run would have them read again (it did, when runs took half
-        the whole budget: 1.25 x the instance bytes sent at the full shape); half of it, so the next shard a
-        context spans has room for its own."""
+        fit in this shard's share of the budget (an equal share for each of the `spans` shards its context lies
+        in, less what the shard keeps) and in the budget the kept groups leave free: one request for them all
+        (`RunRoot.read_row_groups`). A shard of long prompts has a row group per prompt and a replica runs a
+        shard's prompts in row order (the schedule and the queue's shard affinity), so a request per prompt was
+        most of `infer`'s requests on S3. Only free budget: a read-ahead that pushed out groups not yet run would
+        have them read again (it did, when runs took half the whole budget: 1.25 x the instance bytes sent at the
+        full shape). A share each: the first of a SYNC context's three shards took half the free budget, the
+        last one a quarter."""
         run = [g]
         if not self.root.remote:
             return run  # a local read costs its bytes, not a request: read no text between prompts
-        room = (self.group_bytes_max - self.group_bytes) // 2 - _ids_bytes(footer, g)
+        share = self.group_bytes_max // max(1, spans) - sum(t.nbytes for (n, _), t in self.groups.items() if n == name)
+        room = min(self.group_bytes_max - self.group_bytes, share) - _ids_bytes(footer, g)
         while g + len(run) < footer.num_row_groups and (name, g + len(run)) not in self.read:
             room -= _ids_bytes(footer, g + len(run))
             if room < 0:
@@ -435,12 +449,14 @@ class PromptReader:
 
 
 def _ids_bytes(footer: Any, group: int) -> int:
-    """A row group's token ids as Arrow holds them once read: int32 values and offsets (Parquet's own sizes are
-    of its encodings)."""
+    """A row group's token ids as Arrow holds them once read (its `nbytes`, what the budget counts): int32 values,
+    their validity bitmap (the Parquet reader makes one), and int64 offsets. Parquet's own sizes are of its
+    encodings. (Without the bitmap, a run that filled the budget overshot it by an eighth of a byte a token and
+    pushed out its own last group, which was then read again.)"""
     row_group = footer.row_group(group)
     tokens = sum(row_group.column(i).num_values for i in range(row_group.num_columns)
                  if row_group.column(i).path_in_schema.startswith("prompt_token_ids"))
-    return 4 * (tokens + row_group.num_rows + 1)
+    return 4 * tokens + (tokens + 7) // 8 + 8 * (row_group.num_rows + 1)
 
 
 class _Writer:
@@ -720,6 +736,7 @@ def _infer_vllm(cfg: Config, replicas: PoolReplicas, send: pa.Table, progress, *
     driver = _QueueDriver(cfg, replicas, rows) if cfg.cluster.dispatch == Dispatch.dynamic else \
         _StaticDriver(cfg, replicas, assign(rows, pool.replicas))
     driver.shards = pool_shards(replicas.engines.root, rows)
+    driver.group_bytes = prompt_group_bytes(max(sum(w.cost for w in c) for c in group_by_context(rows)))
     task_id = progress.add_task(f"infer {pool.name}", total=send.num_rows) if progress else None
     try:
         driver.start()
@@ -762,6 +779,8 @@ class _PoolDriver(abc.ABC):
         """Each running `run` call's object ref -> its replica."""
         self.shards: dict[str, int | None] | None = None
         """The instance shards that hold the pool's prompts, from the driver's listing (`pool_shards`)."""
+        self.group_bytes = PROMPT_GROUP_BYTES
+        """Each replica's budget of decoded row groups (`store.prompt_group_bytes` of the pool's largest context)."""
         self.fence = held_generation(self.root)
         """The root's lease generation this driver holds, for its replicas' writers (`_Writer`)."""
         self.failures: dict[int, int] = {}
@@ -866,8 +885,8 @@ class _StaticDriver(_PoolDriver):
         self._launch(list(self.work))
 
     def _launch_one(self, k: int, actor: Any) -> Any:
-        return actor.run.remote([(w.instance_id, w.shard) for w in self.work[k]], self.cfg.cluster.inflight,
-                                self.cfg.cluster.commit_interval_s, self.shards, self.fence)
+        return actor.run.remote(reads(self.work[k]), self.cfg.cluster.inflight,
+                                self.cfg.cluster.commit_interval_s, self.shards, self.fence, self.group_bytes)
 
     def _replica_died(self, k: int, exc: BaseException) -> None:
         done = final_ids(self.root)
@@ -898,7 +917,7 @@ class _QueueDriver(_PoolDriver):
     def _launch_one(self, k: int, actor: Any) -> Any:
         self.idle.discard(k)
         return actor.run_queue.remote(self.queue, k, self.cfg.cluster.inflight, self.cfg.cluster.commit_interval_s,
-                                      self.shards, self.fence)
+                                      self.shards, self.fence, self.group_bytes)
 
     def _run_ended(self, k: int) -> None:  # noqa: B027 (a hook: static dispatch has nothing to do)
         import ray
