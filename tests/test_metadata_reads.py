@@ -261,3 +261,15 @@ def test_a_row_groups_planned_bytes_are_what_it_holds_once_read(huge) -> None:
     tables = root.read_row_groups("instances", name, fragment, groups, ["prompt_token_ids"])
     for g, table in zip(groups, tables, strict=True):
         assert 0 <= _ids_bytes(fragment.metadata, g) - table.nbytes <= 64, (g, table.nbytes)
+
+
+def test_a_replica_keeps_the_index_of_its_open_shards_only(huge) -> None:
+    """A replica that visits every shard of a pool keeps the ids and read row groups of the shards it has open,
+    not of every shard it visited; a shard it comes back to is opened and indexed again."""
+    root, _ = huge
+    reader = PromptReader(root, open_files=1)
+    for shard in SHARDS:
+        assert len(reader.request(f"{shard.shard_index}-0", shard.prefix).prompt_token_ids) == TOKENS
+    assert set(reader.where) == set(reader.read) == {SHARDS[1].text}
+    assert len(reader.request("0-1", SHARDS[0].prefix).prompt_token_ids) == TOKENS
+    assert set(reader.where) == set(reader.read) == {SHARDS[0].text}

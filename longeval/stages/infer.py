@@ -339,14 +339,16 @@ class PromptReader:
         for name in sorted(self.sizes):
             self.by_prefix.setdefault(ShardName.parse(name).prefix, []).append(name)
         self.where: dict[str, dict[str, tuple[int, int, int]]] = {}
-        """shard -> instance id -> (row group, row in it, row in the file)."""
+        """Of each open shard, instance id -> (row group, row in it, row in the file)."""
         self.files: OrderedDict[str, _OpenShard] = OrderedDict()
         self.groups: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
         self.group_bytes = 0
         self.asked: dict[tuple[str, int], set[int]] = {}
         """Of each kept row group, the rows asked for."""
-        self.read: set[tuple[str, int]] = set()
-        """Row groups read once: a run never reads one again (one evicted and then asked for is read alone)."""
+        self.read: dict[str, set[int]] = {}
+        """Of each open shard, the row groups read once: a run never reads one again (one evicted and then asked for
+        is read alone). Like `where`, forgotten when the shard is closed: a replica that visits a whole pool's
+        shards holds the state of its open ones only."""
 
     def request(self, instance_id: str, prefix: str, spans: int = 1) -> Request:
         """The prompt's request. `spans`: how many shards its context's prompts lie in (`dispatch.reads`): a
@@ -375,7 +377,9 @@ class PromptReader:
             self.files[name] = _OpenShard(
                 file, None if copied is None else copied.select(["instance_id", *self.metadata_columns]))
             if len(self.files) > self.open_files_max:
-                self.files.popitem(last=False)
+                closed, _ = self.files.popitem(last=False)
+                self.where.pop(closed, None)
+                self.read.pop(closed, None)
         self.files.move_to_end(name)
         return self.files[name]
 
@@ -401,7 +405,7 @@ class PromptReader:
             for at, table in zip(reversed(run), reversed(tables), strict=True):  # g last: the latest used
                 self.groups[(name, at)] = table
                 self.group_bytes += table.nbytes
-            self.read.update((name, at) for at in run)
+            self.read.setdefault(name, set()).update(run)
             while len(self.groups) > 1 and (self.group_bytes > self.group_bytes_max
                                             or len({n for n, _ in self.groups}) > self.open_files_max):
                 self._drop(next(iter(self.groups)))
@@ -423,7 +427,8 @@ class PromptReader:
             return run  # a local read costs its bytes, not a request: read no text between prompts
         share = self.group_bytes_max // max(1, spans) - sum(t.nbytes for (n, _), t in self.groups.items() if n == name)
         room = min(self.group_bytes_max - self.group_bytes, share) - _ids_bytes(footer, g)
-        while g + len(run) < footer.num_row_groups and (name, g + len(run)) not in self.read:
+        read = self.read.get(name, set())
+        while g + len(run) < footer.num_row_groups and g + len(run) not in read:
             room -= _ids_bytes(footer, g + len(run))
             if room < 0:
                 break
