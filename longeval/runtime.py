@@ -44,6 +44,15 @@ def ray_temp_dir(tmp: str | None = None) -> str:
     return f"/tmp/ray-{digest}"  # one per TMPDIR, so concurrent sessions with their own TMPDIR stay apart
 
 
+MALLOC_ARENA_MAX = "2"
+"""glibc's heaps per process for the workers of a local Ray when the run root is on S3 (and, in
+cluster/runtime_env.yaml, for a cluster's jobs), unless the environment sets it: by default every thread that
+allocates gets a heap of its own, up to 8 a core, and the S3 client's threads left freed memory in theirs. A
+replica of a 64K-256K pool on SeaweedFS added 117-126 MiB above its base, with two heaps 105 MiB against 110
+planned (benchmarks/README.md, "Two heaps per process"). Not for local roots: a CPU engine's threads allocate
+too, and there the limit buys nothing."""
+
+
 def init_ray(cfg: Config) -> None:
     """Start Ray for this run: join the cluster `cluster.address` or `RAY_ADDRESS` names, else start a private
     local Ray of our own, even when another one runs on the machine.
@@ -79,6 +88,8 @@ def init_ray(cfg: Config) -> None:
         temp_dir = ray_temp_dir()
         running = running_ray(temp_dir)
         started = time.time()
+        if cfg.store.root.startswith("s3://"):  # Ray's processes inherit this one's environment, so its workers too
+            os.environ.setdefault("MALLOC_ARENA_MAX", MALLOC_ARENA_MAX)
         ray.init(address="local", num_cpus=cfg.cluster.num_cpus or max(2, os.cpu_count() or 2), _temp_dir=temp_dir,
                  **kwargs)
         reaper.watch(started)  # else a kill -9 of this process leaves Ray's agents running for a minute

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.cli_subprocess import flat, longeval
+from tests.cli_subprocess import REPO, flat, longeval
 
 GENERATE = ["generate", "model=tiny_random", "suite.tasks=[vt]", "suite.lengths=[1024]", "suite.samples=1"]
 
@@ -110,3 +110,25 @@ def test_an_unreachable_address_is_one_line_not_a_traceback(tmp_path):
     text = flat(proc)
     assert proc.returncode == 2, text[-3000:]
     assert "cannot join the Ray cluster at 127.0.0.1:" in text and "Traceback" not in text
+
+
+@pytest.mark.parametrize(("root", "given", "seen"), [("s3://bucket/runs", None, "2"), ("s3://bucket/runs", "4", "4"),
+                                                   ("runs", None, "None")])
+def test_a_local_rays_workers_on_an_s3_root_allocate_from_two_heaps_unless_the_environment_says_otherwise(
+    root: str, given: str | None, seen: str
+) -> None:
+    """Threads' own heaps kept what the S3 client freed in a replica (`runtime.MALLOC_ARENA_MAX`); Ray's workers
+    inherit the limit from the run's process when its root is on S3, and a user's own setting wins."""
+    code = ("import os, ray\n"
+            "from longeval.config import load_config\n"
+            "from longeval.runtime import init_ray\n"
+            f"init_ray(load_config(['model=tiny_random', 'store.root={root}']))\n"
+            "print('ARENAS', ray.get(ray.remote(lambda: os.environ.get('MALLOC_ARENA_MAX')).remote()))\n"
+            "ray.shutdown()\n")
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    env.update({"PYTHONPATH": str(REPO), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+                **({"MALLOC_ARENA_MAX": given} if given else {})})
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"ARENAS {seen}" in proc.stdout, proc.stdout[-2000:]

@@ -117,8 +117,8 @@ def test_runtime_env_leaves_the_venv_caches_and_runs_behind(tmp_path):
 def test_runtime_env_adds_the_named_variables_that_are_set():
     env = runtime_env(RUNTIME_ENV, ["LONGEVAL_CACHE", "HF_HUB_OFFLINE", "NOT_SET"],
                       environ={"LONGEVAL_CACHE": "/shared/cache", "HF_HUB_OFFLINE": "1", "OTHER": "x"})
-    assert env["env_vars"] == {"TOKENIZERS_PARALLELISM": "false", "LONGEVAL_CACHE": "/shared/cache",
-                               "HF_HUB_OFFLINE": "1"}
+    assert env["env_vars"] == {"TOKENIZERS_PARALLELISM": "false", "MALLOC_ARENA_MAX": "2",
+                               "LONGEVAL_CACHE": "/shared/cache", "HF_HUB_OFFLINE": "1"}
     assert env["excludes"]
 
 
