@@ -51,9 +51,10 @@ def reads(rows: Sequence[Work]) -> list[tuple[str, str, int]]:
     """Each row as a replica reads it: `(instance_id, shard, how many shards its context's prompts lie in)`. A
     SYNC context spans its tasks' shards; the reader splits its read-ahead budget among them
     (`stages.infer.PromptReader`)."""
-    count = {context: len({w.shard for w in group})
-             for group in group_by_context(rows) for context in {group[0].context_id or group[0].instance_id}}
-    return [(w.instance_id, w.shard, count[w.context_id or w.instance_id]) for w in rows]
+    spans: dict[str, int] = {}
+    for group in group_by_context(rows):
+        spans[group[0].context_id or group[0].instance_id] = len({w.shard for w in group})
+    return [(w.instance_id, w.shard, spans[w.context_id or w.instance_id]) for w in rows]
 
 
 def assign(rows: Sequence[Work], replicas: int) -> list[list[Work]]:

@@ -220,11 +220,11 @@ class Replica:
             shards: dict[str, int | None] | None = None, fence: int | None = None,
             group_bytes: int = PROMPT_GROUP_BYTES) -> dict:
         """Run `(instance_id, shard prefix, shards its context spans)` (`dispatch.reads`) in this order (static
-        dispatch); returns the engine's figures
-        (its whole life's, with `runs`: an engine kept across adaptive rounds runs once per round, and `rows`:
-        this run's). `shards`: the instance shards that hold them and their bytes, as the driver listed them
-        (None: list). `fence`: the generation of the run root's lease the driver holds (`_Writer`). `group_bytes`:
-        the prompt reader's budget of decoded row groups (`store.prompt_group_bytes`)."""
+        dispatch); returns the engine's figures (its whole life's, with `runs`: an engine kept across adaptive
+        rounds runs once per round, and `rows`: this run's). `shards`: the instance shards that hold them and
+        their bytes, as the driver listed them (None: list). `fence`: the generation of the run root's lease the
+        driver holds (`_Writer`). `group_bytes`: the prompt reader's budget of decoded row groups
+        (`store.prompt_group_bytes`)."""
         return self._run(iter(work), inflight or 2 * self.engine.max_num_seqs, commit_interval_s, shards, fence,
                          group_bytes)
 
@@ -352,7 +352,7 @@ class PromptReader:
 
     def request(self, instance_id: str, prefix: str, spans: int = 1) -> Request:
         """The prompt's request. `spans`: how many shards its context's prompts lie in (`dispatch.reads`): a
-        read-ahead on S3 takes that share of the free budget, so each of a SYNC context's shards has room."""
+        read-ahead on S3 takes that share of the budget, so each of a SYNC context's shards has room."""
         for name in self.by_prefix.get(prefix, ()):
             found = self._index(name).get(instance_id)
             if found is not None:
@@ -741,7 +741,7 @@ def _infer_vllm(cfg: Config, replicas: PoolReplicas, send: pa.Table, progress, *
     driver = _QueueDriver(cfg, replicas, rows) if cfg.cluster.dispatch == Dispatch.dynamic else \
         _StaticDriver(cfg, replicas, assign(rows, pool.replicas))
     driver.shards = pool_shards(replicas.engines.root, rows)
-    driver.group_bytes = prompt_group_bytes(max(sum(w.cost for w in c) for c in group_by_context(rows)))
+    driver.group_bytes = prompt_group_bytes(max((sum(w.cost for w in c) for c in group_by_context(rows)), default=0))
     task_id = progress.add_task(f"infer {pool.name}", total=send.num_rows) if progress else None
     try:
         driver.start()
