@@ -418,13 +418,12 @@ def test_a_replica_reads_a_long_prompts_shard_in_two_gets(
     assert not listings and len(read) == N and all(c == Counter({"GET": 2}) for c in read.values()), read
 
 
-def test_a_replica_reads_ahead_only_into_the_budget_its_kept_groups_leave_free(
-    meter: S3Meter, logged_server: S3Server, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A context spanning six shards (SYNC's, one per task) asks for a prompt of each in turn, so each shard keeps
-    a group it read ahead. Runs sized by half the whole budget pushed the first shards' groups out before they
-    ran, and they were read again (1.25 x the instance bytes at the full shape); sized by the budget left free,
-    every row group is read exactly once, and runs still join some."""
+def _read_a_six_shard_context(
+    logged_server: S3Server, monkeypatch: pytest.MonkeyPatch, group_bytes: int, spans: int
+) -> tuple[list[str], list[tuple[str, list[int]]]]:
+    """Four contexts each spanning six small shards (12 KB of token ids a prompt, a row group each), read through
+    a replica's reader on S3, a prompt of each shard in turn, each asked with `spans`: the shards, and every run of
+    row groups read, in order."""
     from longeval.stages.infer import PromptReader
 
     monkeypatch.setattr("longeval.store.ROW_GROUP_BYTES", 16 << 10)
@@ -439,13 +438,23 @@ def test_a_replica_reads_ahead_only_into_the_budget_its_kept_groups_leave_free(
         return read_row_groups(self, stage, name, fragment, groups, columns)
 
     monkeypatch.setattr(RunRoot, "read_row_groups", counted)
-    # 60 KB: five prompts' token ids (12 KB each); asked without the context's span, the first shard reads ahead
-    # into all of it.
     reader = PromptReader(RunRoot(uri), shards=RunRoot(uri, remember_listings=True).shard_sizes("instances"),
-                          group_bytes=60_000)
+                          group_bytes=group_bytes)
     for i in range(4):
         for k, name in enumerate(names):
-            assert reader.request(f"{k}-{i}", name).prompt_token_ids == list(range(3000))
+            assert reader.request(f"{k}-{i}", name, spans=spans).prompt_token_ids == list(range(3000))
+    return names, runs
+
+
+def test_a_replica_reads_ahead_only_into_the_budget_its_kept_groups_leave_free(
+    meter: S3Meter, logged_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A context spanning several shards (as SYNC's span its tasks' shards) asks for a prompt of each in turn, so
+    each shard keeps a group it read ahead. Runs sized by half the whole budget pushed the first shards' groups
+    out before they ran, and they were read again (1.25 x the instance bytes at the full shape); sized by the
+    budget left free, every row group is read exactly once, and runs still join some."""
+    # 60 KB: five prompts' token ids; asked without the context's span, the first shard reads ahead into all of it.
+    names, runs = _read_a_six_shard_context(logged_server, monkeypatch, group_bytes=60_000, spans=1)
     groups = Counter((name, g) for name, run in runs for g in run)
     assert sorted(groups) == [(name, g) for name in names for g in range(4)] and set(groups.values()) == {1}, runs
     assert max(len(run) for _, run in runs) >= 2, runs
@@ -457,26 +466,8 @@ def test_a_context_s_shards_each_get_an_equal_share_of_the_read_ahead(
     """A context spanning six shards, each prompt asked with the number of shards its context spans: each shard's
     runs take a sixth of the budget, so every shard reads its four prompts in two runs of two. Taking half the
     free budget, the first shard read all four at once and the last ones one at a time."""
-    from longeval.stages.infer import PromptReader
-
-    monkeypatch.setattr("longeval.store.ROW_GROUP_BYTES", 16 << 10)
-    monkeypatch.setattr("longeval.store.WHOLE_READ_BYTES", 0)
-    uri = f"s3://{logged_server.bucket}/{PREFIX}/share-{time.time_ns()}"
-    names = shards(RunRoot(uri), 6)
-    runs: list[tuple[str, list[int]]] = []
-    read_row_groups = RunRoot.read_row_groups
-
-    def counted(self: RunRoot, stage: str, name: str, fragment: Any, groups: list[int], columns: list[str]) -> Any:
-        runs.append((name, list(groups)))
-        return read_row_groups(self, stage, name, fragment, groups, columns)
-
-    monkeypatch.setattr(RunRoot, "read_row_groups", counted)
     # 150 KB: a sixth is two prompts' token ids (12 KB each) and a little.
-    reader = PromptReader(RunRoot(uri), shards=RunRoot(uri, remember_listings=True).shard_sizes("instances"),
-                          group_bytes=150_000)
-    for i in range(4):
-        for k, name in enumerate(names):
-            assert reader.request(f"{k}-{i}", name, spans=6).prompt_token_ids == list(range(3000))
+    names, runs = _read_a_six_shard_context(logged_server, monkeypatch, group_bytes=150_000, spans=6)
     assert sorted(runs) == sorted((name, run) for name in names for run in ([0, 1], [2, 3])), runs
 
 
