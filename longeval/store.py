@@ -36,6 +36,7 @@ from pyarrow import fs as pafs
 
 from longeval.errors import DamagedShardError, StoreError
 from longeval.files import CopyKind, Location
+from longeval.heap import release_freed_memory
 from longeval.shards import PART_PREFIX
 
 __all__ = ["LEGACY_STAGES", "CopiedShard", "Elsewhere", "RunRoot", "StoredShard"]
@@ -57,11 +58,15 @@ READ_BATCH = 64
 are a few small buffers; thousands of them left scattered over the heap pin its pages, so a driver that read
 the metadata of 792 shards (2.5 MB of Arrow) held 70 MB more (benchmarks/README.md, "The full shape, again")."""
 
-KEPT_FOOTER_BYTES = 4 << 20
+KEPT_FOOTER_BYTES = 2 << 20
 """Serialized Parquet footers a root that remembers listings keeps (`_read_columns`), about seven times as much
 once parsed: a long prompts' shard has a row group per prompt and a footer of 125 KB, and keeping all 792 of the
 full shape's footers held 160 MB. Beyond this a later read of other columns reads the footer again. (A footer's
-size counts its copy of the metadata columns, `FOOTER_METADATA`: `serialized_size` includes key-value metadata.)"""
+size counts its copy of the metadata columns, `FOOTER_METADATA`: `serialized_size` includes key-value metadata.)
+2 MiB, not 4: at Michelangelo 1M's shape the driver kept all of 1x's footers (87 shards, 1 MiB) and 4 MiB of 10x's
+(816 shards, 10 MiB), which made most of its 11 % growth from 1x to 10x; a finished root's `longeval run` there
+finds 192 footers kept where it found 358, and reads the other 166 again (benchmarks/README.md, "Suite (c)'s
+driver")."""
 
 BULKY_COLUMNS = frozenset({"prompt", "prompt_token_ids", "output"})
 """Columns whose reads are never kept in memory by a root that remembers listings (`read_stage`): the driver's
@@ -426,7 +431,9 @@ class RunRoot:
                 elif metadata:
                     parts = [self._concat(stage, parts, schema).combine_chunks()]
                 tables += parts
-        return self._concat(stage, tables, schema)
+        stage_table = self._concat(stage, tables, schema)
+        release_freed_memory()  # the read threads' buffers, else kept: the driver grew with the shards read
+        return stage_table
 
     def _concat(self, stage: str, tables: list[pa.Table], schema: pa.Schema | None) -> pa.Table:
         try:

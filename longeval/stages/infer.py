@@ -163,21 +163,19 @@ def schedule(todo: pa.Table) -> list[Work]:
     groups at a time and on S3 reads the rows it runs next in one request. The order is a function of the
     instances alone. (It was by `context_id` within a shard, a hash: the queue then handed a shard's rows in
     random order and a 1M shard's read-ahead was wasted, a GET per prompt.)"""
-    rows = todo.select(["instance_id", "family", "task", "context_id", "target_length", "input_tokens",
-                        "max_new_tokens", "seed", "shard_index", "index"]).to_pylist()
-    for row in rows:
-        spec = TASKS.get(f"{row['family']}/{row['task']}")
-        row["group"] = (spec.context_group if spec else "") or f"{row['family']}/{row['task']}"
-    rows.sort(key=lambda r: (r["group"], r["target_length"], r["shard_index"], r["index"], r["context_id"],
-                             r["task"], r["instance_id"]))
-    return [Work(r["instance_id"], r["context_id"], int(r["input_tokens"]) + int(r["max_new_tokens"]),
-                 shard_of(r)) for r in rows]
-
-
-def shard_of(row: dict[str, Any]) -> str:
-    """The name every instance shard that may hold a row starts with: its generated shard, and the follow-up
-    shards written beside it (`longeval.followup`)."""
-    return ShardName.of(row).prefix
+    names = pc.binary_join_element_wise(todo["family"], todo["task"], "/").dictionary_encode().combine_chunks()
+    groups = pa.array([(spec.context_group if (spec := TASKS.get(name)) else "") or name
+                       for name in names.dictionary.to_pylist()], pa.string())
+    # Sorted by Arrow, not as a Python dict per row: a driver of 8,100 prompts held 7 MiB more for those.
+    keyed = todo.append_column("group", groups.take(names.indices))
+    rows = todo.take(pc.sort_indices(keyed, sort_keys=[(c, "ascending") for c in (
+        "group", "target_length", "shard_index", "index", "context_id", "task", "instance_id")]))
+    shards: dict[tuple, str] = {}  # one string per shard, not per prompt
+    costs = pc.add(rows["input_tokens"], rows["max_new_tokens"]).to_pylist()
+    keys = zip(*(rows[c].to_pylist() for c in ("family", "task", "target_length", "seed", "shard_index")), strict=True)
+    return [Work(instance_id, context_id, int(cost), shards.setdefault(key, ShardName(*key).prefix))
+            for instance_id, context_id, cost, key in zip(rows["instance_id"].to_pylist(),
+                                                          rows["context_id"].to_pylist(), costs, keys, strict=True)]
 
 
 # -- the replica actor ------------------------------------------------------------------------------------------
