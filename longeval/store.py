@@ -58,15 +58,14 @@ READ_BATCH = 64
 are a few small buffers; thousands of them left scattered over the heap pin its pages, so a driver that read
 the metadata of 792 shards (2.5 MB of Arrow) held 70 MB more (benchmarks/README.md, "The full shape, again")."""
 
-KEPT_FOOTER_BYTES = 2 << 20
-"""Serialized Parquet footers a root that remembers listings keeps (`_read_columns`), about seven times as much
-once parsed: a long prompts' shard has a row group per prompt and a footer of 125 KB, and keeping all 792 of the
-full shape's footers held 160 MB. Beyond this a later read of other columns reads the footer again. (A footer's
-size counts its copy of the metadata columns, `FOOTER_METADATA`: `serialized_size` includes key-value metadata.)
-2 MiB, not 4: at Michelangelo 1M's shape the driver kept all of 1x's footers (87 shards, 1 MiB) and 4 MiB of 10x's
-(816 shards, 10 MiB), which made most of its 11 % growth from 1x to 10x; a finished root's `longeval run` there
-finds 192 footers kept where it found 358, and reads the other 166 again (benchmarks/README.md, "Suite (c)'s
-driver")."""
+KEPT_FOOTER_BYTES = 4 << 20
+"""Parquet footers a root that remembers listings keeps (`_read_columns`), counted serialized (about seven times as
+much once parsed): a long prompts' shard has a row group per prompt and a footer of 125 KB, and keeping all 792 of
+the full shape's footers held 160 MB. Beyond this a later read of other columns reads the footer again. (A
+footer's size counts its copy of the metadata columns, `FOOTER_METADATA`: `serialized_size` includes key-value
+metadata.) A shard whose footer has that copy keeps the copy instead, decoded, counted by its Arrow bytes: the
+parsed footers of Michelangelo 1M's 816 shards filled the budget at 10x where 1x's 87 kept all of theirs, and the
+driver grew 11 % from 1x to 10x (benchmarks/README.md, "Suite (c)'s driver")."""
 
 BULKY_COLUMNS = frozenset({"prompt", "prompt_token_ids", "output"})
 """Columns whose reads are never kept in memory by a root that remembers listings (`read_stage`): the driver's
@@ -299,6 +298,10 @@ class RunRoot:
         """Shards opened for column reads while the stage's listing was remembered, each with its Parquet footer
         (read by the first read): a later read of other columns fetches only their pages. At most
         `KEPT_FOOTER_BYTES` of footers."""
+        self._copies: dict[tuple[str, str], tuple[pa.Table, pa.Schema]] = {}
+        """Of a shard read while the stage's listing was remembered whose footer copies its metadata columns
+        (`FOOTER_METADATA`): that copy and the file's schema, kept instead of its footer. Later metadata reads of
+        the shard need no request; a read of its bulky columns reads the footer again."""
         self._footer_bytes = 0
         self._footer_keys: set[tuple[str, str]] = set()
         """The footers kept so far, counted (`_footer_room`); dropped footers still count: the budget bounds
@@ -311,7 +314,7 @@ class RunRoot:
     def __getstate__(self) -> dict[str, Any]:
         # Another process sees other writes: it starts with no remembered listings.
         return {**self.__dict__, "_listed": None, "_elsewhere": Counter(), "_kept": {}, "_records": {},
-                "_footers": {}, "_footer_bytes": 0, "_footer_keys": set(), "_small": {}}
+                "_footers": {}, "_copies": {}, "_footer_bytes": 0, "_footer_keys": set(), "_small": {}}
 
     # -- identity ---------------------------------------------------------------------------------------
 
@@ -521,17 +524,27 @@ class RunRoot:
         remember = self._remembered(self._rel(stage))  # one snapshot of the stage: its footers stay true
 
         def read(size: int | None) -> pa.Table:
+            key = (stage, name)
+            if key in self._copies:
+                copy, file_schema = self._copies[key]
+                table = _from_copy(copy, columns, schema or file_schema)
+                if table is not None:
+                    return table
             try:
                 # A kept fragment holds the footer its first read fetched (taken out while in use: a failed read's
                 # retry opens the file afresh, without a size that may be stale)
-                fragment = self._footers.pop((stage, name), None) or self._loc.parquet(rel, size=size)
+                fragment = self._footers.pop(key, None) or self._loc.parquet(rel, size=size)
                 if schema is None:
                     self.check_columns(stage, name, fragment, columns)
-                table = _from_copy(_footer_copy(fragment.metadata), columns, schema or fragment.physical_schema)
+                copy = _footer_copy(fragment.metadata)
+                table = _from_copy(copy, columns, schema or fragment.physical_schema)
                 if table is None:
                     table = fragment.to_table(schema=schema, columns=columns)
-                if remember and self._footer_room((stage, name), fragment):
-                    self._footers[(stage, name)] = fragment
+                if remember and copy is not None:
+                    if self._footer_room(key, copy.nbytes):
+                        self._copies[key] = (copy, fragment.physical_schema)
+                elif remember and self._footer_room(key, fragment.metadata.serialized_size):
+                    self._footers[key] = fragment
                 return table
             except pa.ArrowInvalid as exc:
                 raise _Unreadable(f"it is not readable Parquet ({str(exc).splitlines()[0]})") from exc
@@ -543,12 +556,11 @@ class RunRoot:
 
         return self._sized(stage, name, read, size)
 
-    def _footer_room(self, key: tuple[str, str], fragment: pads.ParquetFileFragment) -> bool:
-        """Whether keeping this fragment's footer stays within `KEPT_FOOTER_BYTES` (counted once per shard: a
-        footer taken out for a read and put back is not counted again)."""
+    def _footer_room(self, key: tuple[str, str], size: int) -> bool:
+        """Whether keeping a shard's footer (or its copy, `_copies`) of `size` bytes stays within `KEPT_FOOTER_BYTES`
+        (counted once per shard: a footer taken out for a read and put back is not counted again)."""
         if key in self._footer_keys:
             return True
-        size = fragment.metadata.serialized_size
         if self._footer_bytes + size > KEPT_FOOTER_BYTES:
             return False
         self._footer_bytes += size
@@ -777,6 +789,7 @@ class RunRoot:
             self._listed.clear()
         self._kept.clear()
         self._footers.clear()
+        self._copies.clear()
         self._small.clear()
         self._records.clear()
 
@@ -828,7 +841,7 @@ class RunRoot:
         every shard of the stage there when `base` is None)."""
         stage = folder.removeprefix(_MANIFEST + "/")
         name = None if base is None else base.removesuffix(_PARQUET).removesuffix(".json")
-        for kept in (self._kept, self._footers):
+        for kept in (self._kept, self._footers, self._copies):
             for key in [k for k in kept if self._rel(k[0]) == stage and name in (None, k[1])]:
                 del kept[key]
 
