@@ -3,8 +3,9 @@ the driver that reads a stage's metadata.
 
 glibc serves a big buffer from its heap once a buffer of that size has been freed before, and keeps what such
 buffers free: a process that handles one long prompt after another keeps the high-water mark of all of them, not
-of the one it holds now. Arrow's own allocator (mimalloc in the wheels) keeps what the threads that read a stage
-freed in their heaps, after those threads are gone.
+of the one it holds now. Arrow's default allocator (mimalloc in the wheels, which `import longeval` replaces with
+the C library's unless pyarrow was imported first or the environment chose it) keeps what the threads that read a
+stage freed in their heaps, after those threads are gone.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ def release_freed_memory() -> None:
     """Hand the free pages of Arrow's allocator and of the C heap back to the system (`malloc_trim` on glibc).
 
     Measured: a replica of a long-prompt pool peaked at its window plus what the window before it left in the
-    heap; a generation actor kept about 150 MiB after each shard of ten 1M-token prompts; a driver that read the
-    metadata of 816 shards kept 19 MiB in Arrow's heaps (benchmarks/README.md)."""
+    heap; a generation actor kept about 150 MiB after each shard of ten 1M-token prompts; a process on mimalloc
+    that read the metadata of 816 shards kept 19 MiB in Arrow's heaps (benchmarks/README.md)."""
     pa.default_memory_pool().release_unused()
     trim = _malloc_trim()
     if trim is not None:
