@@ -90,3 +90,15 @@ def test_requests_grow_with_the_shards_not_faster(figures) -> None:
         assert "POST" not in ten["by_method"], ten["by_method"]  # no multipart uploads for small files
     # a finished root's rerun reads what it checks once: far fewer requests than the run that did the work
     assert figures[10]["resume"]["requests"] < 0.6 * figures[10]["run"]["requests"]
+
+
+def test_a_replica_asks_after_its_record_through_the_lease_client_as_it_starts(figures, logged) -> None:
+    """On S3 the writer checks its lease with boto3's HEAD, not pyarrow: a replica sends one as it starts (its
+    engine record, right after writing it), so a store that refuses that client fails before any prompt, and the
+    client is built into the replica's base, not on top of its prompts (benchmarks/README.md)."""
+    _, meter = logged
+    records = sorted({r.path for r in meter.requests if "/shape/x1/engines/" in r.path and r.method == "PUT"})
+    assert len(records) == 2, records  # two replicas (the resume has nothing to infer and starts none)
+    for path in records:
+        methods = [r.method for r in meter.requests if r.path == path]
+        assert methods[:2] == ["PUT", "HEAD"], (path, methods)

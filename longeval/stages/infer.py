@@ -205,6 +205,11 @@ class Replica:
         started = int(time.time())
         self.record = f"engines/{name.replace('/', '-')}-{self.info['host']}-{os.getpid()}-{started}.json"
         self.root.write_json(self.record, self.info)
+        # Looked up again the way the writer checks its lease (boto3's HEAD on S3, not pyarrow's): a store that
+        # refuses that client fails here (a StoreError), before any prompt, and the client's fixed cost (on
+        # SeaweedFS the replica's peak before its first prompt rose 205 -> 220 MiB) is paid before the first prompt
+        # rather than on top of the prompts in flight.
+        self.root.exists(self.record)
         self.engine.check_rotary()  # after the record: a refused engine leaves what vLLM built on disk
 
     def ready(self) -> dict:
