@@ -7,8 +7,8 @@ Run from the repository root:
     .venv/bin/python benchmarks/adaptive.py --round 25             # rounds of a full sweep's shard
     .venv/bin/python benchmarks/adaptive.py --root runs/my-full-run
     .venv/bin/python benchmarks/adaptive.py --suite --replays 200 --task-replays 20   # suite targets (issue #25)
-    .venv/bin/python benchmarks/adaptive.py --suite --targets suite --replays 200 --round 2 --growth 1.25 \
-        --round-max 10 --alpha-split length                        # the suite target's defaults (since 2026-11-26)
+    .venv/bin/python benchmarks/adaptive.py --suite --targets suite --replays 200 --round 1 --growth 1.25 \
+        --round-max 10 --alpha-split length                        # the suite target's defaults (since 2026-11-27)
 
 Each replay shuffles every (task, length) cell's instances, then runs the procedure of an adaptive run: a round of
 `--round` instances for every undecided cell (10: an adaptive run's default shard), decisions from the confidence
@@ -287,6 +287,8 @@ def suite_main(args, settings) -> None:
           f" {'GPU-h%':>7}")
     shares: dict[str, list[float]] = {t: [] for t in args.targets.split(",")}
     for i, (name, (means, spreads)) in enumerate(SUITE_PROFILES.items()):
+        if args.profiles and name not in args.profiles.split(","):
+            continue
         cells, _ = suite_synthetic(means, spreads, args.samples, args.seed + i)
         full, near = suite_full(cells, settings)
         total = sum(float(k[1]) * len(v) for k, v in cells.items())
@@ -306,7 +308,7 @@ def suite_main(args, settings) -> None:
             print(f"{name:<28} {target:<6} {full:>7} {'yes' if near else 'no':>4} {same:6.1f}"
                   f" {100 * np.mean([o[1] for o in out]):6.1f} {undecided:6.1f} {100 - same - undecided:6.1f}"
                   f" {unflagged:6.1f} {share.mean():7.1f} {share.max():7.1f} {oracle:7.1f}"
-                  f" {share.mean() / oracle:6.2f} {np.mean([o[4] for o in out]):6.1f}"
+                  f" {share.mean() / oracle:6.3f} {np.mean([o[4] for o in out]):6.1f}"
                   f" {100 * np.mean([o[3] for o in out]) / full_seconds:7.1f}")
     for target, values in shares.items():
         away = [v for v, near in values if not near]
@@ -328,6 +330,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="the suite curves (13 tasks with per-task spread): the suite's effective length decided"
                         " per cell and on the stratified mean")
     p.add_argument("--targets", default="tasks,suite", help="with --suite: which of tasks,suite to replay")
+    p.add_argument("--profiles", default="", help="with --suite: only these suite profiles (comma-separated names)")
     p.add_argument("--task-replays", type=int, default=50,
                    help="with --suite: replays of the per-cell run (78 cells, slow: ~2 s each)")
     p.add_argument("--growth", type=float, default=1.0,

@@ -1,8 +1,9 @@
 """Adaptive runs (`suite.adaptive=true`): the sweep in rounds of ordinary shards, stopping decided cells.
 
-Each round takes, for every (task, length) cell still undecided, its next `suite.adaptive_round` shards of the
-full sweep's plan (with `suite.shuffle`, positions in the cell's seeded random order, so a round is a random
-sample of the cell), and runs them through the pipeline's own stages: `stages.generate`, `stages.infer`,
+Each round asks, for every (task, length) cell still undecided, for its next positions of the full sweep's plan
+(`suite.adaptive_step` of them, growing by the schedule; with `suite.shuffle`, positions in the cell's seeded
+random order, so a round is a random sample of the cell), and runs the shards that hold them through the
+pipeline's own stages (the engines run only the asked positions, `longeval.asked`): `stages.generate`, `stages.infer`,
 `stages.score`. Decisions (longeval.adaptive) are recomputed from the scores on disk before every round, so a
 crash resumes where it stopped, a finished root does no new inference, and the same seed gives the same
 decisions. Extending an adaptive root to the full sweep is a rerun with `suite.adaptive=false` and the root's
@@ -30,12 +31,14 @@ from longeval.adaptive import (
     next_group_round,
     next_round,
 )
+from longeval.asked import ask, asked_shards, seed_asked
 from longeval.capacity import find_model_arch
 from longeval.config import Config
 from longeval.cost import DEFAULT_GPU, Cost, call_cost, replica_shape
 from longeval.errors import ConfigError
 from longeval.plan import Plan, ShardSpec, make_plan, samples_per_length
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
+from longeval.runtime import init_ray
 from longeval.stages.generate import generate
 from longeval.stages.infer import Engines, infer
 from longeval.stages.score import score
@@ -44,8 +47,8 @@ from longeval.tasks import skill_group
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Cell", "adaptive_tables", "read_cells", "round_shards", "run_rounds", "settings_for", "target_groups",
-           "write_adaptive"]
+__all__ = ["Cell", "adaptive_tables", "read_cells", "round_asks", "round_shards", "run_rounds", "settings_for",
+           "target_groups", "write_adaptive"]
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ def settings_for(cfg: Config) -> Settings:
     suite = cfg.suite
     caps = samples_per_length(cfg)
     return Settings(threshold=suite.effective_threshold / 100, alpha=1 - suite.adaptive_confidence,
-                    round_size=suite.shard_size * suite.adaptive_round, cap=suite.samples,
+                    round_size=suite.adaptive_step, cap=suite.samples,
                     length_caps=tuple((n, c) for n, c in sorted(caps.items()) if c != suite.samples),
                     without_replacement=bool(suite.shuffle), round_growth=suite.adaptive_growth,
                     round_max=suite.shard_size * suite.adaptive_round_max,
@@ -155,24 +158,27 @@ def target_groups(cfg: Config, tasks: list[str] | set[str]) -> dict[str, list[st
     return groups
 
 
-def round_shards(cfg: Config, states: list[CellState], plan: Plan | None = None,
-                 cells: Mapping[tuple[str, int], Cell] | None = None) -> list[ShardSpec]:
-    """The next round's shards, the full sweep's own (`plan`): for every open cell (`suite.adaptive_target=tasks`)
-    or every member cell of a group's needed length (`groups`, `suite`: needs `cells`), the shards holding the
-    positions after its `n` scored instances."""
-    plan = plan or make_plan(cfg, check_data=False)
+def round_asks(cfg: Config, states: list[CellState], plan: Plan | None = None,
+               cells: Mapping[tuple[str, int], Cell] | None = None) -> dict[tuple[str, int], tuple[int, int]]:
+    """The next round, per cell: the positions [n, stop) it asks for after the cell's `n` scored instances, for
+    every open cell (`suite.adaptive_target=tasks`) or every member cell of a group's needed length (`groups`,
+    `suite`: needs `cells`)."""
     settings = settings_for(cfg)
     if cfg.suite.adaptive_target == "tasks":
         extras = next_round(states, settings)
     else:
+        plan = plan or make_plan(cfg, check_data=False)
         extras = next_group_round(_planned_scores(plan, cells or {}),
                                   target_groups(cfg, {s.task for s in states}), settings)
-    wanted = {}
-    for (task, length), extra in extras.items():
-        n = next(s.n for s in states if (s.task, s.length) == (task, length))
-        wanted[(task, length)] = (n, n + extra)
-    return [s for s in plan.shards if (s.task, s.target_length) in wanted
-            and s.stop > wanted[(s.task, s.target_length)][0] and s.start < wanted[(s.task, s.target_length)][1]]
+    n = {(s.task, s.length): s.n for s in states}
+    return {cell: (n[cell], n[cell] + extra) for cell, extra in extras.items()}
+
+
+def round_shards(cfg: Config, states: list[CellState], plan: Plan | None = None,
+                 cells: Mapping[tuple[str, int], Cell] | None = None) -> list[ShardSpec]:
+    """The full sweep's own shards (`plan`) that hold the next round's positions (`round_asks`)."""
+    plan = plan or make_plan(cfg, check_data=False)
+    return asked_shards(plan, round_asks(cfg, states, plan, cells))
 
 
 def run_rounds(cfg: Config, root: RunRoot, model_path: str, progress=None, *, keep_engines: bool = True) -> int:
@@ -180,27 +186,32 @@ def run_rounds(cfg: Config, root: RunRoot, model_path: str, progress=None, *, ke
     `suite.adaptive_target` groups or suite: until every targeted group's effective length is decided); returns
     rounds run now.
 
-    The engines stay up from round to round (`stages.infer.Engines`), sized once from the suite's plan;
+    A round asks for positions (`longeval.asked`), generates the shards that hold them and runs those positions
+    only. The engines stay up from round to round (`stages.infer.Engines`), sized once from the suite's plan;
     `keep_engines=False` starts them anew every round (the baseline of `benchmarks/adaptive_engines.py`).
     """
     full = make_plan(cfg, check_data=False)
+    seed_asked(root, full)
     engines = Engines(cfg, root, model_path, planned=True)
     try:
-        # A round cut short (shards generated, some not inferred) is finished first, so the decisions that follow
-        # see whole rounds, as in an uninterrupted run; with nothing pending no engine starts.
+        # A round cut short (its positions asked, some not inferred) is finished first, so the decisions that
+        # follow see whole rounds, as in an uninterrupted run; with nothing pending no engine starts.
         infer(cfg, Plan(shards=(), pools=full.pools), root, model_path, progress, engines=engines)
         rounds = 0
         while True:
             cells = read_cells(root, score(cfg, root), plan=full)
             states = _states(cfg, full, cells)
-            shards = round_shards(cfg, states, full, cells)
-            if not shards:
+            asks = round_asks(cfg, states, full, cells)
+            if not asks:
                 log.info("adaptive: every cell decided or capped after %d new round(s); %d engine start(s)", rounds,
                          engines.started)
                 return rounds
-            open_cells = len({(s.task, s.target_length) for s in shards})
-            log.info("adaptive round: %d shards for %d open cells", len(shards), open_cells)
+            shards = asked_shards(full, asks)
+            log.info("adaptive round: %d instances in %d shards for %d open cells",
+                     sum(stop - start for start, stop in asks.values()), len(shards), len(asks))
+            ask(root, {cell: stop for cell, (_, stop) in asks.items()})  # before any work: a resume finishes these
             plan = Plan(shards=tuple(shards), pools=full.pools)
+            init_ray(cfg)  # a resumed root whose last round was whole may reach here without Ray (pipeline.work_left)
             generate(cfg, plan, root, model_path, progress)
             infer(cfg, plan, root, model_path, progress, engines=engines)
             if not keep_engines:

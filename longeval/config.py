@@ -178,17 +178,22 @@ ADAPTIVE_SHARD_SIZE = 10
 ADAPTIVE_TARGETS = ("tasks", "groups", "suite")
 ADAPTIVE_ALPHA_SPLITS = ("equal", "length")
 GROUP_SHARD_SIZE = 2
-"""A group target's (`suite.adaptive_target=suite|groups`) default shard, the first round per member task: a length
-far from the threshold decides on its pooled mean after 2 to 6 columns (benchmarks/README.md, "Round schedule")."""
+"""A group target's (`suite.adaptive_target=suite|groups`) default shard: small, so a round generates little it
+does not infer yet (benchmarks/README.md, "Round schedule")."""
+GROUP_STEP = 1
+"""A group target's default round unit, the first round per member task: one column, inside shards of two (a
+length far from the threshold decides on its pooled mean after 1 to 6 columns; benchmarks/README.md, "A first
+round of one column")."""
 GROUP_GROWTH = 1.25
 GROUP_ROUND_MAX = 10
 """A group target's default round schedule: grow by a quarter, at most this many instances per member and round
 (`suite.adaptive_round_max` is in shards: this divided by the shard size)."""
 GROUP_ALPHA_SPLIT = "length"
 SCHEDULE_BEFORE = {"adaptive_growth": 1.0, "adaptive_round_max": 0, "adaptive_alpha_split": "equal",
-                   "adaptive_column_power": 1.0}
+                   "adaptive_column_power": 1.0, "adaptive_step": None}
 """The schedule settings' values for every target before the group targets' defaults (and for `tasks` now): what a
-run root whose config.yaml lacks them was sampled with."""
+run root whose config.yaml lacks them was sampled with (`adaptive_step` None: whole rounds of shards,
+`shard_size * adaptive_round`)."""
 
 
 @dataclass
@@ -213,8 +218,13 @@ class SuiteConfig:
     the confidence of each cell's decision times the lengths (valid however often the bounds are checked;
     docs/adaptive.md)."""
     adaptive_round: int = 1
-    """Shards (of `shard_size` instances) each undecided cell gets per adaptive round: the first round, and the
-    unit of later ones."""
+    """Shards (of `shard_size` instances) each undecided cell gets per adaptive round when `adaptive_step` is
+    unset (`adaptive_target=tasks`)."""
+    adaptive_step: int | None = None
+    """Instances each undecided cell (a group's member task) gets in the first round, and the unit of later ones.
+    Need not fill a shard: a round generates whole shards and runs only the instances it asks for; the others
+    wait for a later round (`longeval.asked`). Unset: `GROUP_STEP` (1) for `adaptive_target=suite|groups`,
+    `shard_size * adaptive_round` for `tasks`."""
     adaptive_growth: float | None = None
     """Round schedule: a cell (a group's length) at n instances gets the largest whole number of rounds not above
     (adaptive_growth - 1) * n next, at least one (`longeval.adaptive.Settings.round_growth`). 1.0: constant
@@ -743,6 +753,8 @@ def _resolve_defaults(suite: SuiteConfig) -> None:
         suite.adaptive_column_power = COLUMN_POWER if group else SCHEDULE_BEFORE["adaptive_column_power"]
     if suite.adaptive_alpha_split is None:
         suite.adaptive_alpha_split = GROUP_ALPHA_SPLIT if group else SCHEDULE_BEFORE["adaptive_alpha_split"]
+    if suite.adaptive_step is None:
+        suite.adaptive_step = GROUP_STEP if group else suite.shard_size * suite.adaptive_round
 
 
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=+-]*")
@@ -786,9 +798,10 @@ def _check(cfg: Config, preset_scopes: frozenset[str] = frozenset()) -> None:
     if cfg.suite.samples < 1 or cfg.suite.shard_size < 1:
         raise ConfigError("suite.samples and suite.shard_size must be at least 1")
     _check_size(cfg.suite)
-    if cfg.suite.adaptive and not (0 < cfg.suite.adaptive_confidence < 1 and cfg.suite.adaptive_round >= 1):
-        raise ConfigError("suite.adaptive_confidence must lie strictly between 0 and 1 (e.g. 0.95) and "
-                          "suite.adaptive_round must be at least 1")
+    if cfg.suite.adaptive and not (0 < cfg.suite.adaptive_confidence < 1 and cfg.suite.adaptive_round >= 1
+                                   and cfg.suite.adaptive_step >= 1):
+        raise ConfigError("suite.adaptive_confidence must lie strictly between 0 and 1 (e.g. 0.95), and "
+                          "suite.adaptive_round and suite.adaptive_step must be at least 1")
     if cfg.suite.adaptive and (cfg.suite.adaptive_growth < 1 or cfg.suite.adaptive_round_max < 0):
         raise ConfigError(f"suite.adaptive_growth={cfg.suite.adaptive_growth} must be at least 1 (1: constant"
                           f" rounds; e.g. 1.25) and suite.adaptive_round_max={cfg.suite.adaptive_round_max} at"

@@ -15,6 +15,7 @@ from enum import StrEnum
 
 import pyarrow as pa
 
+from longeval.asked import only_asked
 from longeval.config import Config
 from longeval.followup import parents_with_followups
 from longeval.plan import in_plan, make_plan
@@ -207,7 +208,7 @@ def check_root(root: RunRoot, cfg: Config | None) -> Consistency:
     if cfg is None:
         planned_shards = written
     else:
-        instances = in_plan(cfg, instances)
+        instances = only_asked(cfg, root, in_plan(cfg, instances))  # adaptive: positions not asked are not planned
         planned_shards = {spec.name for spec in make_plan(cfg, check_data=False).shards}
         if cfg.suite.adaptive:  # an adaptive run plans its shards round by round: those written are the plan
             planned_shards &= written

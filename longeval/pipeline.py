@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from longeval import lease, tracking
 from longeval.adaptive_run import run_rounds, write_adaptive
+from longeval.asked import only_asked
 from longeval.config import Config, redactor
 from longeval.errors import ConfigError, DamagedShardError
 from longeval.followup import write_followups
@@ -59,7 +60,8 @@ def _run(cfg: Config, stages: list[str], root: RunRoot, progress) -> RunResult:
         log.warning("run root %s holds this adaptive run sampled under the earlier defaults (shards of 10, constant "
                     "rounds, equal alpha split); this run starts %s with suite.adaptive_target=%s's defaults. To "
                     "resume the older root instead: run_name=%s suite.shard_size=10 suite.adaptive_growth=1.0 "
-                    "suite.adaptive_round_max=0 suite.adaptive_alpha_split=equal (docs/adaptive.md)", older,
+                    "suite.adaptive_round_max=0 suite.adaptive_alpha_split=equal suite.adaptive_column_power=1 "
+                    "suite.adaptive_step=10 (docs/adaptive.md)", older,
                     root.uri, cfg.suite.adaptive_target, older.rstrip("/").rsplit("/", 1)[-1])
     _check_same_config(cfg, root)
     if "generate" in stages and missing_shards(plan, root):  # nothing to generate: no instance to try first
@@ -102,7 +104,7 @@ def work_left(cfg: Config, plan: Plan, root: RunRoot, model_path: str, stages: l
     if "infer" in stages:
         write_followups(cfg, root, model_path)
         meta, done = pending_predictions(root)
-        if set(meta["instance_id"].to_pylist()) - done:
+        if set(only_asked(cfg, root, meta)["instance_id"].to_pylist()) - done:
             return True
     return "score" in stages and not scores_current(root, score_fingerprint(cfg, root))
 

@@ -133,6 +133,10 @@ def _check_same_schedule(cfg: Config, old, root: RunRoot) -> None:
         return
     was = {k: OmegaConf.select(old, f"suite.{k}", default=None) for k in ("shard_size", *SCHEDULE_BEFORE)}
     was = {k: SCHEDULE_BEFORE.get(k) if v is None else v for k, v in was.items()}
+    if was["adaptive_step"] is None and was["shard_size"] is not None:  # rounds were whole shards then
+        was["adaptive_step"] = was["shard_size"] * OmegaConf.select(old, "suite.adaptive_round", default=1)
+    elif was["adaptive_step"] is None:
+        del was["adaptive_step"]
     if was["shard_size"] is None:  # a root without one: `_check_same_ranges` has nothing to compare either
         del was["shard_size"]
     now = {k: getattr(cfg.suite, k) for k in was}

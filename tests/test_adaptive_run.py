@@ -84,10 +84,10 @@ def test_the_round_schedule_and_alpha_split_reach_the_settings_and_bad_values_ar
 
 
 def test_group_targets_default_to_the_measured_schedule_and_a_root_keeps_the_one_it_was_sampled_with(tmp_path):
-    """`suite` and `groups` default to shards of 2 growing by a quarter up to 10 instances a round, alpha split by
-    length; `tasks` keeps constant rounds of 10 and the equal split; a value given is kept. A root sampled under
-    the old defaults (its config.yaml without the schedule keys) is refused with the overrides to pass, and
-    resumed when they are passed (docs/adaptive.md, "Defaults")."""
+    """`suite` and `groups` default to shards of 2 and rounds from one instance per task growing by a quarter up
+    to 10 instances a round, alpha split by length; `tasks` keeps constant rounds of 10 (whole shards) and the
+    equal split; a value given is kept. A root sampled under older defaults (its config.yaml without the schedule
+    keys) is refused with the overrides to pass, and resumed when they are passed (docs/adaptive.md, "Defaults")."""
     from omegaconf import OmegaConf
 
     from longeval.config import to_yaml
@@ -99,29 +99,43 @@ def test_group_targets_default_to_the_measured_schedule_and_a_root_keeps_the_one
     suite = load_config([*base, "suite.adaptive_target=suite"])
     s = settings_for(suite)
     assert (suite.suite.shard_size, s.round_size, s.round_growth, s.round_max, s.alpha_split, s.column_power) == (
-        2, 2, 1.25, 10, "length", 8.0)
+        2, 1, 1.25, 10, "length", 8.0)
     s = settings_for(load_config([*base, "suite.adaptive_target=groups", "suite.shard_size=5"]))
-    assert (s.round_size, s.round_growth, s.round_max, s.alpha_split) == (5, 1.25, 10, "length")
+    assert (s.round_size, s.round_growth, s.round_max, s.alpha_split) == (1, 1.25, 10, "length")
+    assert settings_for(load_config([*base, "suite.adaptive_target=groups", "suite.adaptive_step=4"])).round_size == 4
     tasks = load_config(base)
     s = settings_for(tasks)
-    assert (tasks.suite.shard_size, s.round_growth, s.round_max, s.alpha_split, s.column_power) == (10, 1.0, 0,
-                                                                                                    "equal", 1.0)
+    assert (tasks.suite.shard_size, s.round_size, s.round_growth, s.round_max, s.alpha_split, s.column_power) == (
+        10, 10, 1.0, 0, "equal", 1.0)
+    assert settings_for(load_config([*base, "suite.adaptive_round=3"])).round_size == 30  # whole shards, as before
     given = settings_for(load_config([*base, "suite.adaptive_target=suite", "suite.adaptive_alpha_split=equal"]))
     assert given.alpha_split == "equal" and given.round_growth == 1.25
 
     old = OmegaConf.create(to_yaml(load_config([*base, "suite.adaptive_target=suite", "suite.shard_size=10"])))
-    for key in ("adaptive_growth", "adaptive_round_max", "adaptive_alpha_split", "adaptive_column_power"):
+    for key in ("adaptive_growth", "adaptive_round_max", "adaptive_alpha_split", "adaptive_column_power",
+                "adaptive_step"):
         del old.suite[key]
     root = RunRoot(suite.run_root)
     root.write_text("config.yaml", OmegaConf.to_yaml(old))
     with pytest.raises(ConfigError, match="sampled with suite.shard_size=10 suite.adaptive_growth=1.0 "
                                           "suite.adaptive_round_max=0 suite.adaptive_alpha_split=equal "
-                                          "suite.adaptive_column_power=1.0; this run would go on with "
+                                          "suite.adaptive_column_power=1.0 suite.adaptive_step=10; this run would go "
+                                          "on with "
                                           "suite.shard_size=2 suite.adaptive_growth=1.25"):
         _check_same_config(suite, root)
     _check_same_config(load_config([*base, "suite.adaptive_target=suite", "suite.shard_size=10",
                                     "suite.adaptive_growth=1.0", "suite.adaptive_round_max=0",
-                                    "suite.adaptive_alpha_split=equal", "suite.adaptive_column_power=1"]), root)
+                                    "suite.adaptive_alpha_split=equal", "suite.adaptive_column_power=1",
+                                    "suite.adaptive_step=10"]), root)
+    # a root sampled under the shards-of-2 defaults before rounds of one instance: its rounds were whole shards
+    before_step = OmegaConf.create(to_yaml(suite))
+    del before_step.suite["adaptive_step"]
+    root.write_text("config.yaml", OmegaConf.to_yaml(before_step))
+    with pytest.raises(ConfigError, match="sampled with suite.shard_size=2 .*suite.adaptive_step=2; this run would go "
+                                          "on with .*suite.adaptive_step=1"):
+        _check_same_config(suite, root)
+    _check_same_config(load_config([*base, "suite.adaptive_target=suite", "suite.adaptive_step=2"]), root)
+    root.write_text("config.yaml", OmegaConf.to_yaml(old))
     _check_same_config(load_config([*base, "suite.adaptive=false", "suite.shard_size=10", "suite.shuffle=true"]),
                        root)  # completing it into the full sweep: no schedule to keep
     # under the default run name (it hashes the shard size) the older root is found and named, not reused silently
@@ -318,12 +332,19 @@ def test_a_suite_target_run_decides_the_suites_effective_length_and_resumes(tmp_
     """`suite.adaptive_target=suite` on the tiny model (scores 0): every task gets the same shards per length
     (equal rounds), the suite's mean is decided below at both lengths by its own bound, and a rerun does no new
     inference; with the defaults (growing rounds, the length split) and with constant rounds, the equal split and
-    the near stop (docs/adaptive.md). The outputs record the schedule used."""
+    the near stop (docs/adaptive.md). The outputs record the schedule used. Rounds of one instance inside shards of
+    three: the engines run exactly the asked positions (`longeval.asked`), and a round cut short finishes only those.
+    """
     from longeval.adaptive_run import run_rounds
+    from longeval.asked import ask, read_asked
     from longeval.models import resolve_model_path
     from longeval.pipeline import run
+    from longeval.plan import Plan
+    from longeval.records import INSTANCE_SCHEMA
+    from longeval.stages.infer import infer
 
-    cfg = _cfg(tmp_path, "suite.adaptive_target=suite", *schedule)
+    cfg = _cfg(tmp_path, "suite.adaptive_target=suite", "suite.shard_size=3", *schedule)
+    assert cfg.suite.adaptive_step == 1
     result = run(cfg)
     cells = result.adaptive["adaptive"].to_pylist()
     by_length: dict[int, set[int]] = {}
@@ -335,13 +356,25 @@ def test_a_suite_target_run_decides_the_suites_effective_length_and_resumes(tmp_
     assert suite["decided"] and suite["effective_length"] is None and suite["bound"] == "group mean"
     assert lengths[("task", "ruler/vt")]["bound"] == "cells" and result.adaptive["compute"]["target"] == "suite"
     # how it sampled, in the outputs: the schedule the run used (docs/adaptive.md, "Outputs")
-    schedule = {**settings_for(cfg).schedule(), "shard_size": 1}
+    schedule = {**settings_for(cfg).schedule(), "shard_size": 3}
     assert result.adaptive["compute"]["schedule"] == schedule
     assert json.loads((Path(cfg.run_root) / "adaptive.json").read_text())["compute"]["schedule"] == schedule
     rows = [g for g in result.adaptive["adaptive_groups"].to_pylist() if g["group"] == "all"]
     assert [g["decision"] for g in rows] == ["below", "below"] and all(g["ci_high"] < 85.6 for g in rows)
     assert RunRoot(cfg.run_root).exists("summary/adaptive_groups.csv")
     root = RunRoot(cfg.run_root)
+    asked = {(c["task"], c["target_length"]): c["instances"] for c in cells}
+    assert read_asked(root) == asked
     before = root.read_stage("predictions", PREDICTION_SCHEMA).num_rows
-    assert run_rounds(cfg, root, str(resolve_model_path(cfg.model.path))) == 0
+    generated = root.read_stage("instances", INSTANCE_SCHEMA, columns=["instance_id"]).num_rows
+    assert before == sum(asked.values()) < generated  # a shard not filled by the asks holds unasked ones
+    assert json.loads((Path(cfg.run_root) / "status.json").read_text())["complete"]  # unasked is not "not run"
+    model_path = str(resolve_model_path(cfg.model.path))
+    assert run_rounds(cfg, root, model_path) == 0
     assert root.read_stage("predictions", PREDICTION_SCHEMA).num_rows == before
+    # a round cut short after asking one more position of a cell whose shard holds it: the resume runs that one
+    cell = next(k for k, n in sorted(asked.items()) if n % 3)
+    ask(root, {cell: asked[cell] + 1})
+    full = make_plan(cfg, check_data=False)
+    assert infer(cfg, Plan(shards=(), pools=full.pools), root, model_path) == 1
+    assert root.read_stage("predictions", PREDICTION_SCHEMA).num_rows == before + 1

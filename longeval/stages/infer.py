@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from longeval import interrupt
+from longeval.asked import only_asked
 from longeval.compact import compact_predictions
 from longeval.config import Config, Dispatch
 from longeval.dispatch import OPEN_SHARDS, Work, WorkQueue, assign, group_by_context, reads
@@ -107,7 +108,8 @@ def first_calls(root: RunRoot, meta: pa.Table) -> pa.Table:
 def _infer_round(cfg: Config, plan: Plan, root: RunRoot, engines: Engines, progress=None) -> int:
     meta, done = pending_predictions(root)
     meta = in_plan(cfg, meta)  # a root reused with a smaller suite keeps other instances, which are not run
-    generated = first_calls(root, meta)
+    generated = first_calls(root, meta)  # (pools are sized from every generated prompt, asked or not)
+    meta = only_asked(cfg, root, meta)  # an adaptive round runs the positions it asked for, not whole shards
     ran = 0
     for pool in plan.pools:
         in_pool = pa.array(pool.lengths, pa.int64())
