@@ -31,7 +31,7 @@ from longeval.adaptive import (
     next_group_round,
     next_round,
 )
-from longeval.asked import ask, asked_shards, seed_asked
+from longeval.asked import ask, asked_shards, seed_asked, unmade_shards
 from longeval.capacity import find_model_arch
 from longeval.config import Config
 from longeval.cost import DEFAULT_GPU, Cost, call_cost, replica_shape
@@ -194,8 +194,12 @@ def run_rounds(cfg: Config, root: RunRoot, model_path: str, progress=None, *, ke
     seed_asked(root, full)
     engines = Engines(cfg, root, model_path, planned=True)
     try:
-        # A round cut short (its positions asked, some not inferred) is finished first, so the decisions that
-        # follow see whole rounds, as in an uninterrupted run; with nothing pending no engine starts.
+        # A round cut short (its positions asked, some not generated or not inferred) is finished first, so the
+        # decisions that follow see whole rounds, as in an uninterrupted run; with nothing pending no engine starts.
+        unmade = unmade_shards(root, full)
+        if unmade:
+            init_ray(cfg)
+            generate(cfg, Plan(shards=tuple(unmade), pools=full.pools), root, model_path, progress)
         infer(cfg, Plan(shards=(), pools=full.pools), root, model_path, progress, engines=engines)
         rounds = 0
         while True:

@@ -21,7 +21,7 @@ from longeval.config import Config
 from longeval.plan import Plan, ShardSpec, make_plan
 from longeval.store import RunRoot
 
-__all__ = ["ASKED_FILE", "ask", "asked_shards", "only_asked", "read_asked", "seed_asked"]
+__all__ = ["ASKED_FILE", "ask", "asked_shards", "only_asked", "read_asked", "seed_asked", "unmade_shards"]
 
 ASKED_FILE = "adaptive_asked.json"
 
@@ -69,6 +69,13 @@ def asked_shards(plan: Plan, asks: Mapping[Cell, tuple[int, int]]) -> list[Shard
         if want is not None and s.stop > want[0] and s.start < want[1]:
             out.append(s)
     return out
+
+
+def unmade_shards(root: RunRoot, plan: Plan) -> list[ShardSpec]:
+    """The shards holding asked positions that the root does not hold yet: a round cut short while generating."""
+    asked = read_asked(root) or {}
+    written = root.shard_names("instances")
+    return [s for s in asked_shards(plan, {cell: (0, stop) for cell, stop in asked.items()}) if s.name not in written]
 
 
 def only_asked(cfg: Config, root: RunRoot, instances: pa.Table, plan: Plan | None = None) -> pa.Table:

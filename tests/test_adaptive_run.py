@@ -378,3 +378,10 @@ def test_a_suite_target_run_decides_the_suites_effective_length_and_resumes(tmp_
     full = make_plan(cfg, check_data=False)
     assert infer(cfg, Plan(shards=(), pools=full.pools), root, model_path) == 1
     assert root.read_stage("predictions", PREDICTION_SCHEMA).num_rows == before + 1
+    # cut short before its shard was generated (the cell is at a shard's end now): the resume generates that shard
+    # and runs the one asked position (every length stays decided below: no new round)
+    assert asked[cell] + 1 == 3
+    ask(root, {cell: 4})
+    assert run_rounds(cfg, root, model_path) == 0
+    assert root.read_stage("predictions", PREDICTION_SCHEMA).num_rows == before + 2
+    assert root.read_stage("instances", INSTANCE_SCHEMA, columns=["instance_id"]).num_rows == generated + 3
