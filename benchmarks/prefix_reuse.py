@@ -6,7 +6,12 @@ from the cache. Prints prompt tokens, tokens served from the cache (from each pr
 `cached_prompt_tokens`), and the infer-stage wall time of both runs (engine start excluded).
 Targets: >= 60 % of prompt tokens from the cache for the 3-task groups, wall time <= 0.6x.
 
-    python benchmarks/prefix_reuse.py [--samples 3] [--lengths 4096] [--max-new-tokens 64]
+With `--replicas`, the cached run again on two replicas under the default dynamic dispatch (one node; with
+`--two-nodes` also one replica on each node of a two-node loopback cluster): the work queue hands out a context's
+prompts together, so each context should still be computed once. Target: their share of prompt tokens from the
+cache >= 90 % of one replica's (issue #23).
+
+    python benchmarks/prefix_reuse.py [--samples 3] [--lengths 4096] [--max-new-tokens 64] [--replicas [--two-nodes]]
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 
@@ -51,6 +57,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64,
                         help="output budget (small: the benchmark is about prefill)")
     parser.add_argument("--model", default="smollm2_cpu")
+    parser.add_argument("--replicas", action="store_true", help="also the cached run on two replicas")
+    parser.add_argument("--two-nodes", action="store_true", help="with --replicas: also on two loopback nodes")
     args = parser.parse_args()
 
     os.environ.setdefault("TMPDIR", tempfile.mkdtemp(prefix="le-bench-"))
@@ -76,7 +84,38 @@ def main() -> None:
                                                           sorted(results["uncached"][2],
                                                                  key=lambda r: r["instance_id"]), strict=True))
     print(f"identical outputs with and without the cache: {same}/{len(results['cached'][2])}")
+    if args.replicas:
+        _replicas([*base, "model.enable_prefix_caching=true"], root_dir, results["cached"][2], args.two_nodes)
     shutil.rmtree(root_dir, ignore_errors=True)
+
+
+def _cached_share(rows: list[dict]) -> float:
+    return sum(r["cached_prompt_tokens"] for r in rows) / sum(r["input_tokens"] for r in rows)
+
+
+def _replicas(cached: list[str], root_dir: Path, one: list[dict], two_nodes: bool) -> None:
+    """The cached run on two replicas (one node, then two loopback nodes): its cache share against one replica's."""
+    import ray
+
+    from longeval.launch import loopback_cluster
+
+    two = ["cluster.replicas=2", "cluster.dispatch=dynamic"]
+    ray.shutdown()
+    runs = {"two replicas, one node": _infer([*cached, *two, "cluster.num_cpus=4"], root_dir, "two")}
+    ray.shutdown()
+    if two_nodes:
+        with loopback_cluster(2) as cluster:
+            runs["two replicas, two nodes"] = _infer(
+                [*cached, *two, f"cluster.address={cluster.address}", "cluster.gpus_per_replica=1",
+                 "store.shared_filesystem=true"], root_dir, "two-nodes")
+            ray.shutdown()
+    base = _cached_share(one)
+    print(f"one replica: {100 * base:.1f} % of prompt tokens from the prefix cache")
+    for label, (_, _, rows) in runs.items():
+        share = _cached_share(rows)
+        per = Counter(r["replica"] for r in rows)
+        print(f"{label}: {100 * share:.1f} % from the cache, {share / base:.3f} of one replica's (target >= 0.90); "
+              f"prompts per replica {dict(sorted(per.items()))}")
 
 
 if __name__ == "__main__":
