@@ -6,8 +6,9 @@ replicas at full speed, replica r1 slowed}. A replica is slowed the way issue 23
 replica actor and vLLM's engine core) are stopped and continued (SIGSTOP/SIGCONT) on a duty cycle, 0.5 s each
 by default, so it runs half the time.
 
-Per run it prints each replica's prompts and busy time (first request to last prediction committed, from its
-engine record), the pool's span (the longest busy time), and
+Per run it prints each replica's prompts and busy time (first request to last prediction, from its engine
+record: a replica of a dynamic pool waits after that while another holds work that may move to it), the pool's
+span (the longest busy time), and
 
     idle fraction = sum over replicas of (span - busy) / (replicas x span)
     ideal span    = total work / summed speeds, a replica's speed = its work / its busy time (work in tokens:
@@ -17,6 +18,9 @@ Targets (issue 23): dynamic with a slowed replica: idle fraction <= 0.05 and spa
 equal replicas no worse than static.
 
     python benchmarks/dispatch.py [--samples 8] [--max-num-seqs 8] [--stop-s 0.5 --run-s 0.5] [--two-nodes]
+        [--modes static dynamic] [--cases equal slowed] [--json FILE]
+
+With --json, each dynamic run's record includes the queue's trace (`queue_events`, from dispatch/pool0.json).
 """
 
 from __future__ import annotations
@@ -85,14 +89,17 @@ def figures(run_root: str) -> dict:
     busy: dict[str, float] = {}
     for file in sorted(Path(run_root, "engines").glob("*.json")):
         record = json.loads(file.read_text())
-        if "stats" in record:
-            busy[record["replica"]] = busy.get(record["replica"], 0.0) + record["stats"]["run_s"]
+        if "stats" in record:  # to its last prediction: a replica of a dynamic pool then waits for work to move
+            stats = record["stats"]
+            busy[record["replica"]] = busy.get(record["replica"], 0.0) + stats.get("last_row_s", stats["run_s"])
     span = max(busy.values())
+    trace = Path(run_root, "dispatch", "pool0.json")  # the queue's latest decisions (dynamic dispatch)
+    events = json.loads(trace.read_text())["events"] if trace.exists() else []
     speeds = sum(work[r] / busy[r] for r in busy if busy[r] > 0)
     return {
         "prompts": dict(Counter(preds["replica"].to_pylist())), "busy_s": busy, "span_s": span,
         "idle_fraction": sum(span - b for b in busy.values()) / (len(busy) * span),
-        "ideal_s": sum(work.values()) / speeds,
+        "ideal_s": sum(work.values()) / speeds, "queue_events": events,
     }
 
 
@@ -105,6 +112,7 @@ def main() -> None:
     parser.add_argument("--stop-s", type=float, default=0.5)
     parser.add_argument("--run-s", type=float, default=0.5)
     parser.add_argument("--modes", nargs="+", default=["static", "dynamic"])
+    parser.add_argument("--cases", nargs="+", default=["equal", "slowed"], choices=["equal", "slowed"])
     parser.add_argument("--two-nodes", action="store_true", help="one replica on each node of a loopback cluster")
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args()
@@ -134,7 +142,7 @@ def main() -> None:
         first = load_config([*base, *where, "run_name=generated"])
         run(first, stages=("generate",))
         for mode in args.modes:
-            for slowed in (False, True):
+            for slowed in [case == "slowed" for case in args.cases]:
                 name = f"{mode}-{'slowed' if slowed else 'equal'}"
                 cfg = load_config([*base, *where, f"run_name={name}", f"cluster.dispatch={mode}"])
                 for folder in ("instances", "_manifest/instances"):  # the shards and their commit records

@@ -17,7 +17,8 @@ That is the static split (`cluster.dispatch=static`). It cannot help a replica t
 (another GPU type, a shared node, a restart): the others finish their lists and wait. So by default a pool's
 prompts sit in one `WorkQueue` and each replica takes the next context whenever its engine has a free slot
 (`cluster.dispatch=dynamic`): work goes to whichever replica is free, at the price of placement that depends
-on timing (docs/architecture.md, "Dispatch").
+on timing (docs/architecture.md, "Dispatch"). When nothing is left to hand out, a context a slower replica would
+finish last moves to a free faster one (`WorkQueue._ask_back`).
 """
 
 from __future__ import annotations
@@ -85,6 +86,10 @@ def shares(assignment: Sequence[Sequence[Work]]) -> list[float]:
     return [len(a) / even for a in assignment]
 
 
+TRACE_EVENTS = 512
+"""How many of its latest decisions a `WorkQueue` keeps (`WorkQueue.trace`): the end of a pool, where a slow
+replica shows, in a bounded record whatever the pool's size."""
+
 AFFINITY_SLACK = 0.1
 """How much cheaper than the first context in the queue another may be and still go first, for shard affinity
 (`WorkQueue._pick`): within a (task, length) cell contexts cost about the same, so this keeps each pick among
@@ -112,6 +117,10 @@ class WorkQueue:
     (cost finished per second since each first asked) once every active replica has finished something, else it
     is an even split: near the end a slower replica then holds less, and finishes when the others do, instead of
     holding half of what is left at half the speed.
+
+    What a replica has started can still move: with nothing left to hand out, a free replica may ask for the
+    context a slower one would finish last (`_ask_back`); the slower one gives it back unfinished
+    (`given_back`), and it goes out first, to any other replica.
 
     Pure and single-threaded; the infer stage wraps it in a Ray actor that replicas call.
     """
@@ -148,44 +157,167 @@ class WorkQueue:
         open)."""
         self.readers: dict[str, set[int]] = {}
         """The other way round: which replicas have each shard open."""
+        self.since: dict[str, float] = {}
+        """When each prompt held was handed out."""
+        self.latency: dict[int, list[float]] = {k: [0.0, 0.0] for k in range(replicas)}
+        """Each replica's cost finished and the seconds its prompts took, hand-out to finish, in its current life:
+        how fast it runs a prompt (`_ask_back`), batch and all, not how much it runs at once."""
+        self.asked_back: dict[int, dict[str, None]] = {k: {} for k in range(replicas)}
+        """Prompts each replica is asked to give back (`_ask_back`), until it gives them back or finishes them."""
+        self.moved_ids: set[str] = set()
+        """Prompts ever asked back: a prompt moves once at most, so two estimates can never send it to and fro."""
+        self.moved: deque[tuple[list[Work], int]] = deque()
+        """Contexts given back, with the replica that gave them: the next to go out, to any other replica."""
+        self.started: float | None = None
+        """The first ask's clock reading: the trace's zero."""
+        self.trace: deque[dict] = deque(maxlen=TRACE_EVENTS)
+        """The latest asks: when (s since the queue was made), who, what it reported finished and was given, what it
+        held and its share (`_share`) then; the infer stage writes it beside the engine records."""
 
     def take(self, replica: int, room: int = 1, finished: Iterable[str] = (),
-             now: float | None = None) -> list[Work] | None:
+             now: float | None = None, given_back: Iterable[str] = ()) -> list[Work] | None:
         """The next contexts for `replica`, at least one when it may take any, until `room` prompts.
 
-        `finished`: ids it finished since it last asked (they no longer count as held). Returns [] when the
-        replica holds its fair share already (ask again once some of it finished), None when the queue is empty.
+        `finished`: ids it finished since it last asked (they no longer count as held); `given_back`: ids it was
+        asked to give back (`reclaims`) and dropped unfinished. Returns [] when the replica holds its fair share
+        already (ask again once some of it finished), or holding nothing would finish the next context after the
+        others finished everything, or work is on its way back from another replica (ask again in a while); None
+        when nothing is left to hand out.
         `now`: the clock for the speeds (default `time.monotonic()`).
         """
         now = time.monotonic() if now is None else now
+        self.started = now if self.started is None else self.started
         self.first_ask.setdefault(replica, now)
         held = self.held[replica]
+        reported = 0
         for instance_id in finished:
+            reported += 1
+            self.asked_back[replica].pop(instance_id, None)
             work = held.pop(instance_id, None)
             if work is not None:
                 self.held_cost[replica] -= work.cost
                 self.done_cost[replica] += work.cost
-        if not self.queue:
-            return None
-        share = self._share(replica, now)
-        out: list[Work] = []
+                self.latency[replica][0] += work.cost
+                self.latency[replica][1] += now - self.since.pop(instance_id, now)
+        given_back = set(given_back)
+        self._given_back(replica, given_back)
+        speeds = self._speeds(now)
+        share = self._share(replica, speeds)
+        out = self._moved_to(replica, room, now)
         while self.queue and (not out or len(out) < room):
             at = self._pick(replica)
             unit = self.queue[at]
             cost = sum(w.cost for w in unit)
             if held and self.held_cost[replica] + cost > share:
                 break
+            if not held and self._sooner_elsewhere(replica, cost, speeds):
+                break
             del self.queue[at]
             for shard in {w.shard for w in unit}:
                 units = self.waiting[shard]
                 del units[next(i for i, u in enumerate(units) if u is unit)]
-            self._open(replica, sorted({w.shard for w in unit}))
-            self.queued_cost -= cost
-            self.held_cost[replica] += cost
+            self._hand(replica, unit, now)
             out += unit
-            held.update((w.instance_id, w) for w in unit)
-        self.handed[replica] += out
+        event = {"t": round(now - self.started, 3), "replica": replica, "finished": reported,
+                 "took": len(out), "took_cost": sum(w.cost for w in out), "held_cost": self.held_cost[replica],
+                 "share": round(share), "queued": len(self.queue),
+                 "speeds": speeds and {k: round(v, 1) for k, v in sorted(speeds.items())}}
+        if not out and not self.queue:
+            asked = self._ask_back(replica, now)
+            if not (asked or self.moved or any(self.asked_back.values()) or self._may_move_to(replica)):
+                self.trace.append({**event, "took": None})
+                return None
+            event["asked_back"] = asked
+        if out or reported or given_back or event.get("asked_back"):  # not every ask of one waiting
+            self.trace.append(event)
         return out
+
+    def _hand(self, replica: int, unit: list[Work], now: float) -> None:
+        cost = sum(w.cost for w in unit)
+        self.since.update((w.instance_id, now) for w in unit)
+        self._open(replica, sorted({w.shard for w in unit}))
+        self.queued_cost -= cost
+        self.held_cost[replica] += cost
+        self.held[replica].update((w.instance_id, w) for w in unit)
+        self.handed[replica] += unit
+
+    def _moved_to(self, replica: int, room: int, now: float) -> list[Work]:
+        """Contexts another replica gave back, for `replica`: they go out before the queue's."""
+        out: list[Work] = []
+        for entry in list(self.moved):
+            unit, source = entry
+            if source == replica or (out and len(out) + len(unit) > room):
+                continue
+            self.moved.remove(entry)
+            self._hand(replica, unit, now)
+            out += unit
+        return out
+
+    def _ask_back(self, replica: int, now: float) -> int:
+        """With nothing left to hand out, ask a slower replica (by how fast each has run its prompts) to give
+        `replica` the context it would finish last, if `replica` would finish it sooner, from scratch. Returns how
+        many prompts were asked back.
+
+        When a replica finishes a context is told by how fast it has run its prompts (`latency`): a replica at half
+        speed runs each of its prompts at half speed however few it holds, so its last contexts can end minutes
+        after the others ran out of work (the first it took before any speed was known). A context past that time
+        (its answer is longer than most) is taken to need as long again as it has run, the estimate of LATE
+        (Zaharia et al., OSDI 2008) without a progress score: vLLM does not report one. A context moved loses what
+        was run of it, but it is moved only to finish sooner, only to a faster replica, and only once: a run of the
+        benchmark sent contexts from the fast replica to the slow one and back, on estimates of prompts past their
+        time, and the fast one ran them all again from scratch."""
+        rate = self._prompt_speed(replica)
+        if rate is None:
+            return 0
+        last: tuple[float, list[Work], int] | None = None  # (when it would finish, context, its replica)
+        for k in self.active - {replica}:
+            their = self._prompt_speed(k)
+            held, asked = self.held[k], self.asked_back[k]
+            if their is None or their >= rate or not held:  # only from a slower replica
+                continue
+            for unit in group_by_context([w for w in self.handed[k] if w.instance_id in held
+                                          and w.instance_id not in asked and w.instance_id not in self.moved_ids]):
+                since = min(self.since[w.instance_id] for w in unit)
+                due = since + sum(w.cost for w in unit) / their
+                if due < now:  # overdue (a longer answer than that replica's average): as long again
+                    due = now + (now - since)
+                if last is None or due > last[0]:
+                    last = (due, unit, k)
+        if last is None or now + sum(w.cost for w in last[1]) / rate >= last[0]:
+            return 0
+        self.asked_back[last[2]].update((w.instance_id, None) for w in last[1])
+        self.moved_ids.update(w.instance_id for w in last[1])
+        return len(last[1])
+
+    def _may_move_to(self, replica: int) -> bool:
+        """Whether work may yet move to `replica` (`_ask_back`): it has run a prompt and another replica holds some.
+        Until then it waits, asking again, rather than ending its run: the replica that would finish last may be
+        known only later (its first prompt finishes after the queue ran dry)."""
+        return self._prompt_speed(replica) is not None and any(
+            self.held[k] for k in self.active if k != replica)
+
+    def _prompt_speed(self, replica: int) -> float | None:
+        """Cost per second of a prompt on `replica` (`latency`); None until it finished one."""
+        cost, seconds = self.latency[replica]
+        return cost / seconds if cost and seconds > 0 else None
+
+    def _given_back(self, replica: int, ids: set[str]) -> None:
+        """Prompts `replica` dropped unfinished when asked: to the front, for any other replica."""
+        if not ids:
+            return
+        back = [w for w in self.handed[replica] if w.instance_id in ids and w.instance_id in self.held[replica]]
+        for w in back:
+            del self.held[replica][w.instance_id]
+            self.since.pop(w.instance_id, None)
+            self.asked_back[replica].pop(w.instance_id, None)
+            self.held_cost[replica] -= w.cost
+            self.queued_cost += w.cost
+        self.handed[replica] = [w for w in self.handed[replica] if w.instance_id not in ids]
+        self.moved.extend((unit, replica) for unit in group_by_context(back))
+
+    def reclaims(self) -> dict[int, list[str]]:
+        """What each replica is asked to give back (the infer stage passes it on: `Replica.release`)."""
+        return {k: list(ids) for k, ids in self.asked_back.items() if ids}
 
     def _pick(self, replica: int) -> int:
         """Where in the queue `replica`'s next context is: among the contexts that cost nearly what the first does
@@ -228,14 +360,29 @@ class WorkQueue:
             else:
                 units.append(unit)
 
-    def _share(self, replica: int, now: float) -> float:
-        """The cost `replica` may hold: the unfinished cost split by measured speed, or evenly."""
-        unfinished = self.queued_cost + sum(self.held_cost.values())
+    def _speeds(self, now: float) -> dict[int, float] | None:
+        """Each active replica's cost finished per second in its current life; None until every one has finished
+        something."""
         speeds = {k: self.done_cost[k] / (now - self.first_ask[k]) for k in self.active
                   if k in self.first_ask and now > self.first_ask[k] and self.done_cost[k] > 0}
-        if replica in self.active and len(speeds) == len(self.active):
+        return speeds if self.active and len(speeds) == len(self.active) else None
+
+    def _share(self, replica: int, speeds: dict[int, float] | None) -> float:
+        """The cost `replica` may hold: the unfinished cost split by measured speed, or evenly."""
+        unfinished = self.queued_cost + sum(self.held_cost.values())
+        if speeds and replica in speeds:
             return unfinished * speeds[replica] / sum(speeds.values())
         return unfinished / max(1, len(self.active))
+
+    def _sooner_elsewhere(self, replica: int, cost: int, speeds: dict[int, float] | None) -> bool:
+        """Whether the other replicas would finish all the rest, a next context of `cost` included, before
+        `replica` finished that context alone. A replica holding nothing takes work unless so: at the end of a
+        pool a slower replica then leaves the last contexts to the faster ones instead of finishing last."""
+        if not speeds or replica not in speeds or len(speeds) < 2:
+            return False
+        others = sum(speed for k, speed in speeds.items() if k != replica)
+        rest = self.queued_cost + sum(held for k, held in self.held_cost.items() if k != replica)
+        return cost / speeds[replica] > rest / others
 
     def give_back(self, replica: int, done: set[str], requeue: bool = True) -> tuple[list[Work], int]:
         """A replica died: what it took in this life and did not finish (`done`: the ids committed) goes back to
@@ -251,6 +398,8 @@ class WorkQueue:
         self.held[replica].clear()
         self.held_cost[replica] = 0
         self.handed[replica] = []
+        self.asked_back[replica].clear()
+        self.latency[replica] = [0.0, 0.0]
         self.first_ask.pop(replica, None)  # a new life: its speed is measured afresh
         self.done_cost[replica] = 0
         self._close(replica)  # and its reader starts with no shard open
@@ -260,6 +409,7 @@ class WorkQueue:
         """A replica's run ended normally: everything it took is finished (the last of it after its last ask)."""
         self.held[replica].clear()
         self.held_cost[replica] = 0
+        self.asked_back[replica].clear()
 
     def retire(self, replica: int) -> None:
         """A replica that will take no more (failed too often): its share goes to the others."""
@@ -267,6 +417,7 @@ class WorkQueue:
         self.held[replica].clear()
         self.held_cost[replica] = 0
         self.handed[replica] = []
+        self.asked_back[replica].clear()
         self._close(replica)
 
     def _open(self, replica: int, shards: list[str]) -> None:
@@ -285,13 +436,18 @@ class WorkQueue:
             self.readers[shard].discard(replica)
         self.opened[replica] = {}
 
+    def events(self) -> list[dict]:
+        """The trace, oldest first."""
+        return list(self.trace)
+
     def remaining(self) -> int:
-        """Prompts not yet handed out."""
-        return sum(len(unit) for unit in self.queue)
+        """Prompts not yet handed out (given back ones included)."""
+        return sum(len(unit) for unit in self.queue) + sum(len(unit) for unit, _ in self.moved)
 
     def drain(self) -> list[Work]:
         """Everything still queued, taken out (for recording when no replica is left to run it)."""
-        out = [w for unit in self.queue for w in unit]
+        out = [w for unit, _ in self.moved for w in unit] + [w for unit in self.queue for w in unit]
+        self.moved.clear()
         self.queue.clear()
         self.waiting.clear()
         self.queued_cost = 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from longeval import dispatch
@@ -157,8 +157,12 @@ def test_a_replica_holding_its_fair_share_waits_and_one_holding_nothing_always_g
     first = queue.take(0, 100)
     assert len(first) == 4  # half of the pool's cost: the other replica gets the rest, not nothing
     assert queue.take(0, 100) == []  # held back until some of it finishes
-    assert len(queue.take(1, 100)) == 4
-    assert queue.take(0, 1, finished=[first[0].instance_id]) is None  # empty now
+    second = queue.take(1, 100)
+    assert len(second) == 4
+    # nothing left to hand out, but it waits: the other's work may yet move to it
+    assert queue.take(0, 1, finished=[w.instance_id for w in first]) == []
+    assert queue.take(1, 1, finished=[w.instance_id for w in second]) is None
+    assert queue.take(0, 1) is None
 
 
 def test_a_slow_replica_leaves_the_fast_one_almost_no_idle_time():
@@ -259,3 +263,182 @@ def test_a_replica_finishes_a_shard_before_it_opens_the_next_however_long_the_qu
     for w in rows:
         readers.setdefault(w.shard, set()).add(ran_on[w.instance_id])
     assert sum(len(r) for r in readers.values()) / len(readers) <= 1.2
+
+
+def test_the_queue_keeps_a_bounded_trace_of_its_latest_decisions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What each ask got, held and was allowed (its share), for reading a straggler after a run; bounded, so a
+    pool of any size keeps only its end."""
+    monkeypatch.setattr(dispatch, "TRACE_EVENTS", 5)
+    queue = WorkQueue(_rows(8), 2)
+    first = queue.take(0, 100, now=10.0)
+    assert queue.take(0, 1, now=11.0) == []
+    base = {"replica": 0, "finished": 0, "held_cost": 400, "share": 400, "queued": 4, "speeds": None}
+    assert queue.events() == [{**base, "t": 0.0, "took": 4, "took_cost": 400}]  # not the ask that got nothing
+    second = queue.take(1, 100, now=12.0)
+    assert queue.take(1, 1, finished=[w.instance_id for w in second], now=13.0) == []
+    assert queue.take(0, 1, finished=[w.instance_id for w in first], now=13.0) is None
+    assert queue.events()[-1] | {"share": 0, "speeds": None} == {
+        **base, "t": 3.0, "finished": 4, "took": None, "took_cost": 0, "held_cost": 0, "share": 0, "queued": 0}
+    for k in range(10):
+        queue.take(1, 1, now=14.0 + k)
+    assert len(queue.events()) == 5 and queue.events()[-1]["t"] == 13.0
+
+
+def _one_asked_back() -> WorkQueue:
+    """Replica 1 (slow) took c0000 and c0001 at t=0 and finished i0000 at t=20 (5/s a prompt); replica 0 (fast)
+    finished c0002 and c0003 by t=5 (20/s). At t=20 it would finish c0001 by t=30, replica 1 by t=40: c0001 is
+    asked back."""
+    queue = WorkQueue(_rows(8, per_context=2), 2)
+    slow, fast = queue.take(1, 4, now=0.0), queue.take(0, 4, now=0.0)
+    assert [w.context_id for w in slow] == ["c0000", "c0000", "c0001", "c0001"]
+    assert queue.take(0, 4, finished=[w.instance_id for w in fast], now=5.0) == []  # no speed for the other yet
+    assert queue.take(1, 1, finished=["i0000"], now=20.0) is None  # nothing to take; it runs what it holds
+    assert queue.take(0, 4, now=20.0) == []  # waits for the work moved to it
+    return queue
+
+
+def test_a_slow_replica_gives_the_context_it_would_finish_last_to_a_free_one_that_finishes_it_sooner():
+    """With nothing left to hand out, the replica that would finish last is asked for that context; once it
+    gives it back (unfinished), only another replica may take it, and nothing is lost or run twice."""
+    queue = _one_asked_back()
+    assert queue.reclaims() == {1: ["i0002", "i0003"]}  # c0001, whole
+    assert queue.take(0, 4, now=22.0) == []  # still on the slow replica: nothing to take yet
+    assert queue.reclaims() == {1: ["i0002", "i0003", "i0001"]}  # c0001 once; i0001, past its time now, too
+    # i0001 finished before the ask reached the engine; the rest is given back, and not to the one that gave it
+    assert queue.take(1, 2, finished=["i0001"], given_back=["i0002", "i0003"], now=23.0) == []
+    assert [w.instance_id for w in queue.take(0, 4, now=23.0)] == ["i0002", "i0003"]
+    assert queue.reclaims() == {}
+    assert queue.take(1, 1, now=30.0) == []  # it might still take work back: it waits
+    assert queue.take(0, 1, finished=["i0002", "i0003"], now=31.0) is None
+    assert queue.take(1, 1, now=32.0) is None
+
+
+def test_nothing_is_asked_back_that_the_free_replica_would_not_finish_first():
+    queue = WorkQueue(_rows(3), 2)
+    assert [w.instance_id for w in queue.take(1, 1, now=0.0)] == ["i0000"]
+    assert [w.instance_id for w in queue.take(0, 1, now=0.0)] == ["i0001"]
+    assert [w.instance_id for w in queue.take(1, 1, finished=["i0000"], now=10.0)] == ["i0002"]  # 10/s: due at 20
+    assert queue.take(0, 1, finished=["i0001"], now=12.0) == []  # 8.3/s: it would finish i0002 at 24
+    assert queue.reclaims() == {}
+    assert queue.take(1, 1, finished=["i0002"], now=20.0) is None
+    assert queue.take(0, 1, now=21.0) is None
+
+
+def test_a_prompt_past_its_time_is_taken_to_need_as_long_again():
+    """LATE's estimate: replica 1 (10/s a prompt) took i0002 at t=10, due at t=20. At t=15 replica 0 (16.7/s) would
+    finish it at t=21: it stays. At t=25 it is past its time, taken to end at t=40 there, and replica 0 would finish
+    it by t=31: it is asked back."""
+    queue = WorkQueue(_rows(3), 2)
+    assert [w.instance_id for w in queue.take(1, 1, now=0.0)] == ["i0000"]
+    assert [w.instance_id for w in queue.take(0, 1, now=9.0)] == ["i0001"]
+    assert [w.instance_id for w in queue.take(1, 1, finished=["i0000"], now=10.0)] == ["i0002"]
+    assert queue.take(0, 1, finished=["i0001"], now=15.0) == [] and queue.reclaims() == {}
+    assert queue.take(0, 1, now=25.0) == [] and queue.reclaims() == {1: ["i0002"]}
+
+
+def test_work_moves_only_to_a_faster_replica_and_only_once():
+    """A run of benchmarks/dispatch.py sent contexts from the fast replica to the slow one and back again, and the
+    fast one ran them all from scratch."""
+    queue = _one_asked_back()  # c0001 asked back from replica 1 (5/s) for replica 0 (20/s)
+    queue.take(1, 2, given_back=["i0002", "i0003"], now=21.0)
+    assert [w.instance_id for w in queue.take(0, 4, now=21.0)] == ["i0002", "i0003"]
+    # long past their time on replica 0 now: the slower replica may not ask for them, nor may replica 0 again
+    assert queue.take(1, 1, finished=["i0001"], now=200.0) == [] and queue.reclaims() == {}
+
+
+def test_a_finished_prompt_that_was_asked_back_counts_as_finished_once():
+    queue = _one_asked_back()
+    assert queue.reclaims() == {1: ["i0002", "i0003"]}
+    # it finished them before it saw the ask: they are done, not moved
+    assert queue.take(1, 1, finished=["i0001", "i0002", "i0003"], now=22.0) is None
+    assert queue.reclaims() == {} and queue.remaining() == 0
+    assert queue.take(0, 2, now=23.0) is None
+
+
+def test_a_replica_that_dies_after_giving_back_does_not_requeue_what_it_gave():
+    queue = _one_asked_back()
+    queue.take(1, 1, given_back=["i0002", "i0003"], now=22.0)
+    left, finished = queue.give_back(1, done={"i0000"})
+    assert [w.instance_id for w in left] == ["i0001"] and finished == 1
+    taken = [w.instance_id for w in queue.take(0, 8, now=23.0)]
+    taken += [w.instance_id for w in queue.take(0, 8, finished=taken, now=24.0)]
+    assert taken == ["i0002", "i0003", "i0001"]  # each once, what was moved first
+    assert queue.take(0, 8, finished=["i0001"], now=25.0) is None
+
+
+def _simulate_with_give_back(rows: list[Work], speeds: list[float], slots: int, *, ahead: list[int]
+                             ) -> tuple[list[float], dict[str, int]]:
+    """As `_simulate`, with the replicas giving back what the queue asks for (the engine drops a prompt in flight),
+    and replica k's first `ahead[k]` prompts taken before any other replica asks (a slow replica's first batch,
+    committed before any speed is known)."""
+    queue = WorkQueue(rows, len(speeds))
+    running: list[list[tuple[float, Work]]] = [[] for _ in speeds]
+    clock, busy_until, ran_on = 0.0, [0.0] * len(speeds), {}
+    finished: list[list[str]] = [[] for _ in speeds]
+    given: list[list[str]] = [[] for _ in speeds]
+    stalled = 0
+    for k, n in enumerate(ahead):
+        for w in queue.take(k, n, now=0.0) or []:
+            running[k].append((w.cost / speeds[k], w))
+            ran_on[w.instance_id] = k
+    while True:
+        for _ in range(50):  # asked back, given back, taken elsewhere: replicas ask again soon (`REASK_S`)
+            for k, ids in queue.reclaims().items():
+                for t, w in [item for item in running[k] if item[1].instance_id in ids]:
+                    running[k].remove((t, w))
+                    given[k].append(w.instance_id)
+            ended, waiting = 0, False
+            for k in range(len(speeds)):
+                while len(running[k]) < slots:
+                    got = queue.take(k, 1, finished[k], now=clock, given_back=given[k])
+                    finished[k], given[k] = [], []
+                    ended += got is None
+                    waiting |= got == []
+                    if not got:
+                        break
+                    for w in got:
+                        running[k].append((clock + w.cost / speeds[k], w))
+                        ran_on[w.instance_id] = k
+            if not (queue.reclaims() or queue.moved):
+                break
+        pending = [t for r in running for t, _ in r]
+        if not pending:
+            if ended == len(speeds):
+                return busy_until, ran_on
+            stalled += 1  # a replica asked before another reported: they ask again (`REASK_S`)
+            assert stalled < 3, "replicas wait with nothing running anywhere"
+            continue
+        stalled = 0
+        clock = min(pending + [clock + 1.0] * waiting)  # one held back asks again a second later
+        for k in range(len(speeds)):
+            for t, w in [item for item in running[k] if item[0] <= clock]:
+                running[k].remove((t, w))
+                finished[k].append(w.instance_id)
+                busy_until[k] = max(busy_until[k], t)
+
+
+def test_a_slow_replicas_first_batch_moves_to_the_free_replica_at_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The slow replica's first batch (the heaviest contexts, at a quarter of the other's speed) is taken before
+    any speed is known: without giving work back the fast replica ran out with most of the pool's time to go."""
+    costs = [100, 150, 200, 300]
+    rows = [Work(f"i{k:03d}", f"c{k:03d}", costs[k % 4], "s") for k in range(24)]
+    busy, ran_on = _simulate_with_give_back(rows, [1.0, 0.25], slots=8, ahead=[0, 8])
+    assert sorted(ran_on) == sorted(w.instance_id for w in rows)
+    monkeypatch.setattr(WorkQueue, "_ask_back", lambda self, replica, now: 0)
+    kept, kept_on = _simulate_with_give_back(rows, [1.0, 0.25], slots=8, ahead=[0, 8])
+
+    def idle(busy: list[float]) -> float:
+        return sum(max(busy) - b for b in busy) / (len(busy) * max(busy))
+
+    assert idle(kept) > 0.3 and idle(busy) < 0.15, (kept, busy)
+    assert max(busy) < 0.95 * max(kept)
+    assert sum(1 for k in ran_on.values() if k == 1) < sum(1 for k in kept_on.values() if k == 1)
+
+
+@settings(deadline=None, max_examples=60)
+@given(st.lists(st.tuples(st.integers(1, 4), st.integers(1, 2000)), min_size=1, max_size=30),
+       st.lists(st.floats(0.1, 4.0), min_size=1, max_size=3), st.integers(1, 6))
+def test_giving_back_never_loses_or_repeats_a_prompt(contexts, speeds, slots):
+    rows = [Work(f"i{c}-{j}", f"c{c}", cost, "s") for c, (n, cost) in enumerate(contexts) for j in range(n)]
+    _, ran_on = _simulate_with_give_back(rows, speeds, slots, ahead=[0] * len(speeds))
+    assert sorted(ran_on) == sorted(w.instance_id for w in rows)

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from longeval.config import ModelConfig
-from longeval.engines.vllm_engine import IDLE_WAIT_S, EngineStats, Request, next_requests
+from longeval.engines.vllm_engine import IDLE_WAIT_S, EngineStats, GiveBack, Request, next_requests
 from longeval.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -143,6 +143,7 @@ class StandInEngine:
         self.settings = StandInSettings.of(model)
         self.max_num_seqs = int(model.max_num_seqs or DEFAULT_MAX_NUM_SEQS)
         self.stats = StandInStats()
+        self.give_back = GiveBack()
         self.info: dict[str, Any] = {
             "engine": ENGINE_NAME,
             "stand_in": "no model ran: canned answers for scale work (longeval.engines.stand_in), not a model's",
@@ -171,6 +172,8 @@ class StandInEngine:
         read_before = proc_self("io", "rchar") - import_bytes()
         self.stats.base_rss_bytes = self.stats.base_rss_bytes or proc_self("status", "VmHWM")
         while True:
+            if due := set(self.give_back.due({req.instance_id for req, _ in live})):
+                live = [(req, sent) for req, sent in live if req.instance_id not in due]
             new, exhausted = next_requests(source, window - len(live)) if not exhausted else ([], True)
             live += [(req, time.perf_counter()) for req in new]
             new = []  # `live` holds them now

@@ -22,7 +22,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -159,6 +159,7 @@ class VllmEngine:
         # rope_theta with 1e6 in place), which would make the record, and the declaration, say what vLLM built.
         self.llm = vllm.LLM(**({**self.kwargs, "hf_overrides": copy.deepcopy(overrides)} if overrides else self.kwargs))
         self.stats = EngineStats()
+        self.give_back = GiveBack()
         self.closed = threading.Event()
         _watch_engine_core(self.llm.llm_engine.engine_core, self.closed)
         config = self.llm.llm_engine.vllm_config
@@ -213,6 +214,9 @@ class VllmEngine:
         live: dict[str, tuple[Request, float]] = {}
         exhausted = False
         while True:
+            for instance_id in self.give_back.due(live):
+                engine.abort_request([instance_id])
+                del live[instance_id]
             refused: list[dict] = []
             new, exhausted = next_requests(source, window - len(live)) if not exhausted else ([], True)
             for req in new:
@@ -352,6 +356,36 @@ def next_requests(source: Iterator[Request | None], room: int) -> tuple[list[Req
 
 
 _END = object()
+
+
+class GiveBack:
+    """Prompts a replica is asked to give back (dynamic dispatch moves them to a replica that would finish them
+    sooner, `dispatch.WorkQueue`): asked from the actor's other thread, carried out by the engine's loop between
+    steps, so a prompt is either given back unfinished or finished, never both."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._asked: set[str] = set()
+        self._given: list[str] = []
+
+    def ask(self, instance_ids: Iterable[str]) -> None:
+        with self._lock:
+            self._asked.update(instance_ids)
+
+    def due(self, live: Container[str]) -> list[str]:
+        """The asked prompts now in the engine, to abort there and count as given back; an asked prompt not in it
+        (finished, or still on its way in) runs as usual."""
+        with self._lock:
+            asked, self._asked = self._asked, set()
+            due = sorted(i for i in asked if i in live)
+            self._given += due
+        return due
+
+    def given(self) -> list[str]:
+        """What was given back since the last call."""
+        with self._lock:
+            given, self._given = self._given, []
+        return given
 
 
 class VllmPredictor:

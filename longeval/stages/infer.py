@@ -18,6 +18,7 @@ errors, counted, and retried by the next run. Models behind an HTTP API keep the
 from __future__ import annotations
 
 import abc
+import contextlib
 import logging
 import os
 import queue
@@ -248,37 +249,51 @@ class Replica:
         self.writer = _Writer(self.root, extra={"model_id": self.model_id, "replica": self.name, "node": self.node},
                               interval_s=commit_interval_s, fence=fence)
         self.finished_ids: list[str] = []
+        last_row = began
         try:
             for rows in self.engine.stream(self._requests(work, shards, group_bytes), inflight=inflight):
                 self.writer.put(rows)
                 self.finished_ids += [row["instance_id"] for row in rows]
+                last_row = time.perf_counter()
         finally:
             self.writer.close()
         self.runs += 1
-        # run_s: first request to last prediction committed, what this work cost once the engine was up.
+        # run_s: first request to last prediction committed, what this work cost once the engine was up;
+        # last_row_s: to the last prediction made (a replica of a dynamic pool waits after it for work to move).
         stats = {**self.engine.stats.record(), "runs": self.runs, "run_s": round(time.perf_counter() - began, 3),
-                 "rows": self.writer.finished}
+                 "last_row_s": round(last_row - began, 3), "rows": self.writer.finished}
         self.root.write_json(self.record, {**self.info, "stats": stats})
         return {**stats, "parts": self.writer.names}  # the driver then knows them without a listing
 
     def _from_queue(self, queue: Any, k: int) -> Iterator[tuple[str, str, int] | None]:
         """The queue's contexts as `(instance_id, shard prefix, shards the context spans)`; None while the queue
-        holds this replica's next work back (it holds its fair share: asked again once some of it finished)."""
+        holds this replica's next work back: asked again once some of what it holds finished or was given back
+        (`release`), else after `REASK_S` (work another replica gave back may be waiting for it). Ends when the
+        queue has nothing left for it and it holds nothing: until then it reports what it gives back."""
         import ray
 
-        held_back = False
+        held_back, asked_at, holding = False, 0.0, 0
         while True:
-            if held_back and not self.finished_ids:
+            given_back = self.engine.give_back.given()
+            if held_back and not self.finished_ids and not given_back and time.monotonic() - asked_at < REASK_S:
                 yield None
                 continue
             finished, self.finished_ids = self.finished_ids, []
-            got = ray.get(queue.take.remote(k, 1, finished))
-            if got is None:
+            holding -= len(finished) + len(given_back)
+            asked_at = time.monotonic()
+            got = ray.get(queue.take.remote(k, 1, finished, given_back=given_back))
+            if got is None and holding <= 0:
                 return
+            holding += len(got or [])
             held_back = not got
             if held_back:
                 yield None
-            yield from reads(got)
+            yield from reads(got or [])
+
+    def release(self, instance_ids: list[str]) -> None:
+        """Give these prompts back unfinished (dynamic dispatch moves them to a replica that would finish them
+        sooner); the engine drops them between steps and the next ask reports them (`_from_queue`)."""
+        self.engine.give_back.ask(instance_ids)
 
     def _requests(self, work: Iterator[tuple[str, str, int] | None], shards: dict[str, int | None] | None,
                   group_bytes: int) -> Iterator:
@@ -291,6 +306,10 @@ class Replica:
         finally:
             reader.close()
 
+
+REASK_S = 1.0
+"""How often a replica the work queue holds back asks again when nothing it holds finished: work may move to it
+from a slower replica (`dispatch.WorkQueue._ask_back`)."""
 
 RELEASE_BEFORE_TOKENS = 65_536
 """Before a prompt this long becomes a Python list (41 B a token), the memory the last ones freed goes back to the
@@ -754,6 +773,7 @@ def _infer_vllm(cfg: Config, replicas: PoolReplicas, send: pa.Table, progress, *
         while driver.running():
             interrupt.check()
             driver.wait(timeout_s=1.0)
+            driver.rebalance()
             done = driver.progress()
             if progress and done > shown:
                 progress.advance(task_id, done - shown)
@@ -880,6 +900,9 @@ class _PoolDriver(abc.ABC):
                 continue  # dead: `wait` restarts it
         return self.done_rows + sum(counts.values())
 
+    def rebalance(self) -> None:  # noqa: B027 (a hook: static dispatch moves nothing)
+        """Pass on what the dispatch asks replicas to give back."""
+
     def close(self) -> None:  # noqa: B027 (a hook: static dispatch holds nothing else)
         """Free what the driver holds besides the replicas."""
 
@@ -959,6 +982,14 @@ class _QueueDriver(_PoolDriver):
         self._launch([k])
         self._wake_idle()
 
+    def rebalance(self) -> None:
+        import ray
+
+        for k, ids in ray.get(self.queue.reclaims.remote()).items():
+            if k in self.replicas.actors:
+                self.replicas.actors[k].release.remote(ids)  # repeated each second until done: idempotent
+        self._wake_idle()  # a replica whose run ended may take what another gave back
+
     def _wake_idle(self) -> None:
         """Set replicas that ran out of work running again when the queue has work (a dead one's)."""
         import ray
@@ -969,6 +1000,10 @@ class _QueueDriver(_PoolDriver):
     def close(self) -> None:
         import ray
 
+        with contextlib.suppress(ray.exceptions.RayError):  # a record for reading a straggler, not a result
+            self.root.write_json(f"dispatch/{self.replicas.pool.name}.json", {
+                "pool": self.replicas.pool.name, "replicas": {k: self.replicas.name(k) for k in self.ks},
+                "events": ray.get(self.queue.events.remote(), timeout=30)})
         ray.kill(self.queue, no_restart=True)
 
 

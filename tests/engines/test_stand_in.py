@@ -84,6 +84,21 @@ def test_window_and_pace_shape_the_steps():
     assert engine.info["engine"] == "stand_in" and "no model ran" in engine.info["stand_in"]
 
 
+def test_a_prompt_asked_back_is_dropped_as_by_vllm():
+    """As `VllmEngine` (tests/engines/test_vllm_engine.py): one step a prompt, so the asked one is still waiting."""
+    engine = _engine("+model.engine_kwargs.rows_per_step=1")
+    requests = _requests(3)
+
+    def source():
+        yield from requests
+        engine.give_back.ask([requests[2].instance_id])
+        yield None
+
+    rows = [row["instance_id"] for step in engine.stream(source(), inflight=4) for row in step]
+    assert rows == [r.instance_id for r in requests[:2]]
+    assert engine.give_back.given() == [requests[2].instance_id]
+
+
 def test_budget_cuts_a_long_answer():
     long = tuple(f"word{i}" for i in range(40))
     rows = _outputs(_engine(), [Request(i, [1], 8, long) for i in (f"x{k}" for k in range(40))])

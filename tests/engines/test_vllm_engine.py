@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from longeval.config import ModelConfig, load_config
-from longeval.engines.vllm_engine import VllmEngine, engine_env
+from longeval.engines.vllm_engine import Request, VllmEngine, engine_env
 from longeval.redaction import PUBLIC_ENV
 from tests.engine_requests import requests_that_report_their_predecessors
 
@@ -24,17 +24,38 @@ def test_a_users_own_setting_of_the_variable_wins():
     assert engine_env(model)["VLLM_BATCH_INVARIANT"] == "0"
 
 
-@pytest.mark.engine
-def test_a_finished_request_is_let_go_before_the_next_prompt_is_read(tiny_model_path: Path) -> None:
-    """As the stand-in (tests/engines/test_stand_in.py): the engine holds its window of prompts, and neither a
-    finished request nor its step's outputs outlive the step (vLLM in-process on the tiny model, about 10 s)."""
+@pytest.fixture(scope="module")
+def engine(tiny_model_path: Path):
+    """vLLM in-process on the tiny model (about 10 s to start), shared by this module's tests."""
     model = ModelConfig(name="tiny", path=str(tiny_model_path), dtype="float32", enforce_eager=True,
                         env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"})
     engine = VllmEngine(model, str(tiny_model_path), 512)
+    yield engine
+    engine.shutdown()
+
+
+@pytest.mark.engine
+def test_a_finished_request_is_let_go_before_the_next_prompt_is_read(engine: VllmEngine) -> None:
+    """As the stand-in (tests/engines/test_stand_in.py): the engine holds its window of prompts, and neither a
+    finished request nor its step's outputs outlive the step."""
     alive: list[int] = []
-    try:
-        rows = [row for step in engine.stream(requests_that_report_their_predecessors(4, alive), inflight=1)
-                for row in step]
-    finally:
-        engine.shutdown()
+    rows = [row for step in engine.stream(requests_that_report_their_predecessors(4, alive), inflight=1)
+            for row in step]
     assert len(rows) == 4 and not any(row["error"] for row in rows) and alive == [0, 0, 0, 0]
+
+
+@pytest.mark.engine
+def test_a_prompt_asked_back_in_flight_is_dropped_unfinished_and_the_others_run(engine: VllmEngine) -> None:
+    """Dynamic dispatch moves a slow replica's latest prompt to a free one: the engine aborts it between steps and
+    reports it given back, so it is run once, elsewhere, and never also finished here."""
+    def requests():
+        yield from (Request(f"r{i}", [1, 2, 3, 4 + i], 24) for i in range(3))
+        engine.give_back.ask(["r1", "never-sent"])  # asked while r0..r2 are in the engine
+        yield None
+
+    rows = [row for step in engine.stream(requests(), inflight=4) for row in step]
+    assert sorted(row["instance_id"] for row in rows) == ["r0", "r2"]
+    assert engine.give_back.given() == ["r1"] and engine.give_back.given() == []
+    # the engine is left clean: the next stream runs r1 from scratch
+    again = [row for step in engine.stream(iter([Request("r1", [1, 2, 3, 5], 24)])) for row in step]
+    assert [row["instance_id"] for row in again] == ["r1"] and not again[0]["error"]
