@@ -26,8 +26,8 @@ from __future__ import annotations
 import heapq
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +38,9 @@ class Work:
     context_id: str
     cost: int
     shard: str
+    resumed: tuple[tuple[int, ...], str] | None = None
+    """The answer so far (token ids, text) of a prompt another replica gave back part-way (`WorkQueue._ask_back`):
+    the replica that takes it continues from there."""
 
 
 def group_by_context(rows: Sequence[Work]) -> list[list[Work]]:
@@ -103,6 +106,11 @@ took prompts from: enough for a context several tasks share (each task's prompts
 queue counts a shard as open for that long, so affinity never sends a replica back to a shard its reader has let go."""
 
 
+MOVE_SPEEDUP = 1.5
+"""How much faster per prompt a replica must run than another to take that one's work (`WorkQueue._ask_back`):
+clearly faster, so replicas of one speed, whose measured speeds differ by batch and noise, do not trade work."""
+
+
 class WorkQueue:
     """A pool's prompts, handed out a context at a time to whichever replica has room (dynamic dispatch).
 
@@ -120,7 +128,7 @@ class WorkQueue:
 
     What a replica has started can still move: with nothing left to hand out, a free replica may ask for the
     context a slower one would finish last (`_ask_back`); the slower one gives it back unfinished
-    (`given_back`), and it goes out first, to any other replica.
+    (`given_back`) with its answer so far, and it goes out first, to any other replica, which continues it.
 
     Pure and single-threaded; the infer stage wraps it in a Ray actor that replicas call.
     """
@@ -175,11 +183,13 @@ class WorkQueue:
         held and its share (`_share`) then; the infer stage writes it beside the engine records."""
 
     def take(self, replica: int, room: int = 1, finished: Iterable[str] = (),
-             now: float | None = None, given_back: Iterable[str] = ()) -> list[Work] | None:
+             now: float | None = None,
+             given_back: Iterable[str] | Mapping[str, tuple[Sequence[int], str]] = ()) -> list[Work] | None:
         """The next contexts for `replica`, at least one when it may take any, until `room` prompts.
 
         `finished`: ids it finished since it last asked (they no longer count as held); `given_back`: ids it was
-        asked to give back (`reclaims`) and dropped unfinished. Returns [] when the replica holds its fair share
+        asked to give back (`reclaims`) and dropped unfinished, each with its answer so far (token ids, text) when a
+        mapping. Returns [] when the replica holds its fair share
         already (ask again once some of it finished), or holding nothing would finish the next context after the
         others finished everything, or work is on its way back from another replica (ask again in a while); None
         when nothing is left to hand out.
@@ -199,8 +209,8 @@ class WorkQueue:
                 self.done_cost[replica] += work.cost
                 self.latency[replica][0] += work.cost
                 self.latency[replica][1] += now - self.since.pop(instance_id, now)
-        given_back = set(given_back)
-        self._given_back(replica, given_back)
+        so_far = given_back if isinstance(given_back, Mapping) else dict.fromkeys(given_back, ((), ""))
+        self._given_back(replica, so_far)
         speeds = self._speeds(now)
         share = self._share(replica, speeds)
         out = self._moved_to(replica, room, now)
@@ -222,13 +232,15 @@ class WorkQueue:
                  "took": len(out), "took_cost": sum(w.cost for w in out), "held_cost": self.held_cost[replica],
                  "share": round(share), "queued": len(self.queue),
                  "speeds": speeds and {k: round(v, 1) for k, v in sorted(speeds.items())}}
+        if resumed := sum(len(w.resumed[0]) for w in out if w.resumed):
+            event["resumed_tokens"] = resumed  # generated before it moved: not run again
         if not out and not self.queue:
             asked = self._ask_back(replica, now)
             if not (asked or self.moved or any(self.asked_back.values()) or self._may_move_to(replica)):
                 self.trace.append({**event, "took": None})
                 return None
             event["asked_back"] = asked
-        if out or reported or given_back or event.get("asked_back"):  # not every ask of one waiting
+        if out or reported or so_far or event.get("asked_back"):  # not every ask of one waiting
             self.trace.append(event)
         return out
 
@@ -262,10 +274,13 @@ class WorkQueue:
         speed runs each of its prompts at half speed however few it holds, so its last contexts can end minutes
         after the others ran out of work (the first it took before any speed was known). A context past that time
         (its answer is longer than most) is taken to need as long again as it has run, the estimate of LATE
-        (Zaharia et al., OSDI 2008) without a progress score: vLLM does not report one. A context moved loses what
-        was run of it, but it is moved only to finish sooner, only to a faster replica, and only once: a run of the
-        benchmark sent contexts from the fast replica to the slow one and back, on estimates of prompts past their
-        time, and the fast one ran them all again from scratch."""
+        (Zaharia et al., OSDI 2008) without a progress score. A context moved keeps its answers so far (the next
+        replica continues them after a prefill of prompt and answer, `Work.resumed`); the estimate still counts it
+        from scratch at the faster replica, so it errs towards leaving work where it is. It moves only to a clearly
+        faster replica (`MOVE_SPEEDUP`) and only once: a run of the benchmark sent contexts from the fast replica
+        to the slow one and back, on estimates of prompts past their time. (When moves restarted a prompt from
+        scratch, a run moved two long answers 400-odd tokens in, and the fast replica ran them for 54 s after the
+        slow one had finished everything else.)"""
         rate = self._prompt_speed(replica)
         if rate is None:
             return 0
@@ -273,7 +288,7 @@ class WorkQueue:
         for k in self.active - {replica}:
             their = self._prompt_speed(k)
             held, asked = self.held[k], self.asked_back[k]
-            if their is None or their >= rate or not held:  # only from a slower replica
+            if their is None or their * MOVE_SPEEDUP > rate or not held:  # only from a clearly slower replica
                 continue
             for unit in group_by_context([w for w in self.handed[k] if w.instance_id in held
                                           and w.instance_id not in asked and w.instance_id not in self.moved_ids]):
@@ -301,11 +316,15 @@ class WorkQueue:
         cost, seconds = self.latency[replica]
         return cost / seconds if cost and seconds > 0 else None
 
-    def _given_back(self, replica: int, ids: set[str]) -> None:
-        """Prompts `replica` dropped unfinished when asked: to the front, for any other replica."""
-        if not ids:
+    def _given_back(self, replica: int, so_far: Mapping[str, tuple[Sequence[int], str]]) -> None:
+        """Prompts `replica` dropped unfinished when asked, with their answers so far: to the front, for any other
+        replica to continue."""
+        if not so_far:
             return
-        back = [w for w in self.handed[replica] if w.instance_id in ids and w.instance_id in self.held[replica]]
+        ids = so_far.keys()
+        back = [w if not so_far[w.instance_id][0] else replace(w, resumed=(tuple(so_far[w.instance_id][0]),
+                                                                           so_far[w.instance_id][1]))
+                for w in self.handed[replica] if w.instance_id in ids and w.instance_id in self.held[replica]]
         for w in back:
             del self.held[replica][w.instance_id]
             self.since.pop(w.instance_id, None)

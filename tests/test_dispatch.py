@@ -7,7 +7,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from longeval import dispatch
-from longeval.dispatch import OPEN_SHARDS, Work, WorkQueue, assign, group_by_context, reads, shares
+from longeval.dispatch import (
+    MOVE_SPEEDUP,
+    OPEN_SHARDS,
+    Work,
+    WorkQueue,
+    assign,
+    group_by_context,
+    reads,
+    shares,
+)
 
 
 def _rows(n: int, *, per_context: int = 1, cost: int = 100) -> list[Work]:
@@ -344,6 +353,31 @@ def test_work_moves_only_to_a_faster_replica_and_only_once():
     assert [w.instance_id for w in queue.take(0, 4, now=21.0)] == ["i0002", "i0003"]
     # long past their time on replica 0 now: the slower replica may not ask for them, nor may replica 0 again
     assert queue.take(1, 1, finished=["i0001"], now=200.0) == [] and queue.reclaims() == {}
+
+
+def test_a_prompt_given_back_part_way_goes_out_with_its_answer_so_far():
+    """The slow replica's engine had generated part of i0002's answer: the replica that takes it continues from
+    there (`Work.resumed`), and the trace says how many tokens were not run again."""
+    queue = _one_asked_back()
+    queue.take(1, 2, given_back={"i0002": ([5, 6, 7], " so far"), "i0003": ([], "")}, now=21.0)
+    moved = queue.take(0, 4, now=21.0)
+    assert [(w.instance_id, w.resumed) for w in moved] == [("i0002", ((5, 6, 7), " so far")), ("i0003", None)]
+    assert queue.events()[-1]["resumed_tokens"] == 3
+    # should the taker die, its prompts go back to the queue with their answers so far, for the next one
+    left, _ = queue.give_back(0, done=set())
+    assert ("i0002", ((5, 6, 7), " so far")) in [(w.instance_id, w.resumed) for w in left]
+
+
+def test_replicas_of_about_one_speed_do_not_trade_work():
+    """Within `MOVE_SPEEDUP` of each other: replica 1 at 10/s a prompt, replica 0 at 12.5/s; i0002 is long past
+    its time on replica 1, yet it stays."""
+    queue = WorkQueue(_rows(3), 2)
+    assert [w.instance_id for w in queue.take(1, 1, now=0.0)] == ["i0000"]
+    assert [w.instance_id for w in queue.take(0, 1, now=2.0)] == ["i0001"]
+    assert [w.instance_id for w in queue.take(1, 1, finished=["i0000"], now=10.0)] == ["i0002"]
+    assert queue.take(0, 1, finished=["i0001"], now=10.0) == []
+    assert queue.take(0, 1, now=60.0) == [] and queue.reclaims() == {}
+    assert MOVE_SPEEDUP > 12.5 / 10
 
 
 def test_a_finished_prompt_that_was_asked_back_counts_as_finished_once():

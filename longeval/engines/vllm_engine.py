@@ -49,6 +49,27 @@ class Request:
     max_new_tokens: int
     references: tuple[str, ...] = ()
     """Filled only for an engine that `needs_references` (the stand-in, `longeval.engines.stand_in`)."""
+    resumed: Partial | None = None
+    """What another replica generated before it gave the prompt back (`GiveBack`): the engine continues from
+    there, so a prompt that moves loses a prefill, not its answer so far."""
+
+    def continued(self) -> tuple[list[int], int]:
+        """The token ids to send and the tokens left to generate: the prompt and the partial answer, if any."""
+        if self.resumed is None or not self.resumed.token_ids:
+            return self.prompt_token_ids, self.max_new_tokens
+        done = list(self.resumed.token_ids)
+        return self.prompt_token_ids + done, max(1, self.max_new_tokens - len(done))
+
+
+@dataclass(frozen=True)
+class Partial:
+    """A request's answer so far, as its engine had generated it when the request was given back."""
+
+    token_ids: tuple[int, ...] = ()
+    text: str = ""
+
+    def then(self, token_ids: Iterable[int], text: str) -> Partial:
+        return Partial((*self.token_ids, *token_ids), self.text + text)
 
 
 @dataclass
@@ -215,16 +236,17 @@ class VllmEngine:
         exhausted = False
         while True:
             for instance_id in self.give_back.due(live):
+                self.give_back.record(instance_id, self._so_far(live[instance_id][0]))
                 engine.abort_request([instance_id])
                 del live[instance_id]
             refused: list[dict] = []
             new, exhausted = next_requests(source, window - len(live)) if not exhausted else ([], True)
             for req in new:
-                params = vllm.SamplingParams(temperature=0.0, max_tokens=int(req.max_new_tokens), seed=0,
+                prompt, budget = req.continued()
+                params = vllm.SamplingParams(temperature=0.0, max_tokens=int(budget), seed=0,
                                              output_kind=RequestOutputKind.FINAL_ONLY)
                 try:
-                    engine.add_request(req.instance_id, vllm.TokensPrompt(prompt_token_ids=req.prompt_token_ids),
-                                       params)
+                    engine.add_request(req.instance_id, vllm.TokensPrompt(prompt_token_ids=prompt), params)
                 except ValueError as exc:  # rejected before it ran (e.g. a bad token id): data, not a crash
                     refused.append(_row(req, error=ErrorKind.ENGINE_ERROR.format(f"{type(exc).__name__}: {exc}")))
                     continue
@@ -260,12 +282,25 @@ class VllmEngine:
             cached = int(getattr(out, "num_cached_tokens", 0) or 0)
             self.stats.requests += 1
             self.stats.output_tokens += len(completion.token_ids)
-            self.stats.prompt_tokens += len(req.prompt_token_ids)
+            self.stats.prompt_tokens += len(out.prompt_token_ids or req.prompt_token_ids)
             self.stats.cached_prompt_tokens += cached
-            done.append(_row(req, output=completion.text, output_tokens=len(completion.token_ids),
+            answer = (req.resumed or Partial()).then(completion.token_ids, completion.text)
+            done.append(_row(req, output=answer.text, output_tokens=len(answer.token_ids),
                              finish_reason=str(completion.finish_reason), cached_prompt_tokens=cached,
                              latency_s=now - sent, engine_step=self.stats.steps))
         return done
+
+    def _so_far(self, req: Request) -> Partial:
+        """What `req` has generated in this engine, after what it was resumed from (read from vLLM's output
+        processor, which keeps each request's tokens and text until it finishes or is aborted)."""
+        processor = self.llm.llm_engine.output_processor
+        for internal in processor.external_req_ids.get(req.instance_id, ()):
+            state = processor.request_states.get(internal)
+            detokenizer = getattr(state, "detokenizer", None)
+            if detokenizer is not None:
+                return (req.resumed or Partial()).then(detokenizer.output_token_ids,
+                                                       getattr(detokenizer, "output_text", ""))
+        return req.resumed or Partial()
 
     def generate(self, requests: list[Request]) -> list[dict]:
         """Every request's row, in the order given (for callers that want a batch back)."""
@@ -361,12 +396,14 @@ _END = object()
 class GiveBack:
     """Prompts a replica is asked to give back (dynamic dispatch moves them to a replica that would finish them
     sooner, `dispatch.WorkQueue`): asked from the actor's other thread, carried out by the engine's loop between
-    steps, so a prompt is either given back unfinished or finished, never both."""
+    steps, so a prompt is either given back unfinished or finished, never both. Each goes back with what it had
+    generated (`record`), for the next replica to continue from."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._asked: set[str] = set()
         self._given: list[str] = []
+        self._so_far: dict[str, Partial] = {}
 
     def ask(self, instance_ids: Iterable[str]) -> None:
         with self._lock:
@@ -381,11 +418,18 @@ class GiveBack:
             self._given += due
         return due
 
-    def given(self) -> list[str]:
-        """What was given back since the last call."""
+    def record(self, instance_id: str, so_far: Partial) -> None:
+        """What a prompt given back had generated (`given`)."""
+        with self._lock:
+            self._so_far[instance_id] = so_far
+
+    def given(self) -> dict[str, tuple[list[int], str]]:
+        """What was given back since the last call, each with its answer so far (token ids, text): plain values,
+        for the queue actor."""
         with self._lock:
             given, self._given = self._given, []
-        return given
+            so_far = [self._so_far.pop(i, Partial()) for i in given]
+        return {i: (list(p.token_ids), p.text) for i, p in zip(given, so_far, strict=True)}
 
 
 class VllmPredictor:

@@ -39,7 +39,7 @@ from longeval.config import Config, Dispatch
 from longeval.dispatch import OPEN_SHARDS, Work, WorkQueue, assign, group_by_context, reads
 from longeval.engines import replica_engine_class
 from longeval.engines.openai_compat import ApiPredictor
-from longeval.engines.vllm_engine import Request
+from longeval.engines.vllm_engine import Partial, Request
 from longeval.errors import DiskFullError, LeaseLostError, LongevalError, find_error
 from longeval.followup import write_followups
 from longeval.heap import release_freed_memory
@@ -265,8 +265,9 @@ class Replica:
         self.root.write_json(self.record, {**self.info, "stats": stats})
         return {**stats, "parts": self.writer.names}  # the driver then knows them without a listing
 
-    def _from_queue(self, queue: Any, k: int) -> Iterator[tuple[str, str, int] | None]:
-        """The queue's contexts as `(instance_id, shard prefix, shards the context spans)`; None while the queue
+    def _from_queue(self, queue: Any, k: int) -> Iterator[tuple | None]:
+        """The queue's contexts as `(instance_id, shard prefix, shards the context spans[, answer so far])` (the
+        last for a prompt another replica gave back part-way, `dispatch.Work.resumed`); None while the queue
         holds this replica's next work back: asked again once some of what it holds finished or was given back
         (`release`), else after `REASK_S` (work another replica gave back may be waiting for it). Ends when the
         queue has nothing left for it and it holds nothing: until then it reports what it gives back."""
@@ -288,7 +289,8 @@ class Replica:
             held_back = not got
             if held_back:
                 yield None
-            yield from reads(got or [])
+            for read, work in zip(reads(got or []), got or [], strict=True):
+                yield (*read, work.resumed) if work.resumed else read
 
     def release(self, instance_ids: list[str]) -> None:
         """Give these prompts back unfinished (dynamic dispatch moves them to a replica that would finish them
@@ -302,7 +304,14 @@ class Replica:
                               references=self.engine.needs_references)
         try:
             for item in work:
-                yield None if item is None else reader.request(*item)
+                if item is None:
+                    yield None
+                    continue
+                request = reader.request(*item[:3])
+                if len(item) > 3:  # given back part-way by another replica: continued from its answer so far
+                    tokens, text = item[3]
+                    request = replace(request, resumed=Partial(tuple(tokens), text))
+                yield request
         finally:
             reader.close()
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from longeval.config import ModelConfig, load_config
-from longeval.engines.vllm_engine import Request, VllmEngine, engine_env
+from longeval.engines.vllm_engine import Partial, Request, VllmEngine, engine_env
 from longeval.redaction import PUBLIC_ENV
 from tests.engine_requests import requests_that_report_their_predecessors
 
@@ -55,7 +55,31 @@ def test_a_prompt_asked_back_in_flight_is_dropped_unfinished_and_the_others_run(
 
     rows = [row for step in engine.stream(requests(), inflight=4) for row in step]
     assert sorted(row["instance_id"] for row in rows) == ["r0", "r2"]
-    assert engine.give_back.given() == ["r1"] and engine.give_back.given() == []
+    given = engine.give_back.given()
+    assert list(given) == ["r1"] and engine.give_back.given() == {}
     # the engine is left clean: the next stream runs r1 from scratch
     again = [row for step in engine.stream(iter([Request("r1", [1, 2, 3, 5], 24)])) for row in step]
     assert [row["instance_id"] for row in again] == ["r1"] and not again[0]["error"]
+
+
+@pytest.mark.engine
+def test_a_prompt_given_back_part_way_is_continued_from_its_answer_so_far(engine: VllmEngine) -> None:
+    """A prompt moved off a slow replica goes with what it had generated: the next engine prefills prompt and
+    answer so far and generates the rest, and the row holds the whole answer, as if it had never moved."""
+    prompt = [1, 2, 3, 11]
+    whole = engine.generate([Request("w", prompt, 24)])[0]
+
+    def requests():
+        yield Request("w", prompt, 24)
+        yield from [None] * 6  # six engine steps: the prefill and a few tokens
+        engine.give_back.ask(["w"])
+        yield None
+
+    assert [row for step in engine.stream(requests(), inflight=2) for row in step] == []
+    tokens, text = engine.give_back.given()["w"]
+    assert 0 < len(tokens) < whole["output_tokens"] and whole["output"].startswith(text)
+    generated = engine.stats.output_tokens
+    again = engine.generate([Request("w", prompt, 24, resumed=Partial(tuple(tokens), text))])[0]
+    assert engine.stats.output_tokens - generated == whole["output_tokens"] - len(tokens)  # only the rest ran
+    assert (again["output"], again["output_tokens"]) == (whole["output"], whole["output_tokens"])
+    assert again["finish_reason"] == whole["finish_reason"] and not again["error"]
