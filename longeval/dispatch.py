@@ -234,6 +234,10 @@ class WorkQueue:
                  "speeds": speeds and {k: round(v, 1) for k, v in sorted(speeds.items())}}
         if resumed := sum(len(w.resumed[0]) for w in out if w.resumed):
             event["resumed_tokens"] = resumed  # generated before it moved: not run again
+        if self.queue and speeds:  # a slower replica's context that would end the pool late moves now
+            unfinished = self.queued_cost + sum(self.held_cost.values())
+            if asked := self._ask_back(replica, now, by=now + unfinished / sum(speeds.values())):
+                event["asked_back"] = asked
         if not out and not self.queue:
             asked = self._ask_back(replica, now)
             if not (asked or self.moved or any(self.asked_back.values()) or self._may_move_to(replica)):
@@ -265,10 +269,16 @@ class WorkQueue:
             out += unit
         return out
 
-    def _ask_back(self, replica: int, now: float) -> int:
+    def _ask_back(self, replica: int, now: float, by: float | None = None) -> int:
         """With nothing left to hand out, ask a slower replica (by how fast each has run its prompts) to give
         `replica` the context it would finish last, if `replica` would finish it sooner, from scratch. Returns how
         many prompts were asked back.
+
+        `by`: with work still queued, the time the pool would end were its unfinished work split by speed: a
+        context is asked back only if it would finish after that there and by then on `replica`. A slow replica's
+        first batch (taken before any speed was known) then moves while there is time, not at the end: a run of
+        the benchmark moved two long answers at 150 s, 145 tokens in at a token a second, and the fast replica ran
+        the rest of them for 34 s after the slow one had run out.
 
         When a replica finishes a context is told by how fast it has run its prompts (`latency`): a replica at half
         speed runs each of its prompts at half speed however few it holds, so its last contexts can end minutes
@@ -298,7 +308,10 @@ class WorkQueue:
                     due = now + (now - since)
                 if last is None or due > last[0]:
                     last = (due, unit, k)
-        if last is None or now + sum(w.cost for w in last[1]) / rate >= last[0]:
+        if last is None:
+            return 0
+        mine = now + sum(w.cost for w in last[1]) / rate
+        if mine >= last[0] or (by is not None and (last[0] <= by or mine > by)):
             return 0
         self.asked_back[last[2]].update((w.instance_id, None) for w in last[1])
         self.moved_ids.update(w.instance_id for w in last[1])
