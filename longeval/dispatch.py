@@ -41,6 +41,8 @@ class Work:
     resumed: tuple[tuple[int, ...], str] | None = None
     """The answer so far (token ids, text) of a prompt another replica gave back part-way (`WorkQueue._ask_back`):
     the replica that takes it continues from there."""
+    budget: int = 0
+    """Its output budget (max new tokens), part of `cost`: what is left of it tells how long it may still run."""
 
 
 def group_by_context(rows: Sequence[Work]) -> list[list[Work]]:
@@ -176,6 +178,11 @@ class WorkQueue:
         """Prompts ever asked back: a prompt moves once at most, so two estimates can never send it to and fro."""
         self.moved: deque[tuple[list[Work], int]] = deque()
         """Contexts given back, with the replica that gave them: the next to go out, to any other replica."""
+        self.generated: dict[str, tuple[int, float]] = {}
+        """Of each prompt held, the tokens its engine had generated at its replica's latest ask, and when."""
+        self.decode: dict[int, list[float]] = {k: [0.0, 0.0] for k in range(replicas)}
+        """Each replica's tokens generated per sequence and the seconds they took, from the progress it reports: how
+        fast it generates one answer, batch and all (`_ask_back`)."""
         self.started: float | None = None
         """The first ask's clock reading: the trace's zero."""
         self.trace: deque[dict] = deque(maxlen=TRACE_EVENTS)
@@ -184,15 +191,16 @@ class WorkQueue:
 
     def take(self, replica: int, room: int = 1, finished: Iterable[str] = (),
              now: float | None = None,
-             given_back: Iterable[str] | Mapping[str, tuple[Sequence[int], str]] = ()) -> list[Work] | None:
+             given_back: Iterable[str] | Mapping[str, tuple[Sequence[int], str]] = (),
+             progress: Mapping[str, int] | None = None) -> list[Work] | None:
         """The next contexts for `replica`, at least one when it may take any, until `room` prompts.
 
         `finished`: ids it finished since it last asked (they no longer count as held); `given_back`: ids it was
         asked to give back (`reclaims`) and dropped unfinished, each with its answer so far (token ids, text) when a
-        mapping. Returns [] when the replica holds its fair share
-        already (ask again once some of it finished), or holding nothing would finish the next context after the
-        others finished everything, or work is on its way back from another replica (ask again in a while); None
-        when nothing is left to hand out.
+        mapping; `progress`: the tokens generated so far by each prompt in its engine.
+        Returns [] when the replica holds its fair share already (ask again once some of it finished), or holding
+        nothing would finish the next context after the others finished everything, or work is on its way back
+        from another replica (ask again in a while); None when nothing is left to hand out.
         `now`: the clock for the speeds (default `time.monotonic()`).
         """
         now = time.monotonic() if now is None else now
@@ -204,6 +212,7 @@ class WorkQueue:
             reported += 1
             self.asked_back[replica].pop(instance_id, None)
             work = held.pop(instance_id, None)
+            self.generated.pop(instance_id, None)
             if work is not None:
                 self.held_cost[replica] -= work.cost
                 self.done_cost[replica] += work.cost
@@ -211,6 +220,7 @@ class WorkQueue:
                 self.latency[replica][1] += now - self.since.pop(instance_id, now)
         so_far = given_back if isinstance(given_back, Mapping) else dict.fromkeys(given_back, ((), ""))
         self._given_back(replica, so_far)
+        self._progress(replica, progress or {}, now)
         speeds = self._speeds(now)
         share = self._share(replica, speeds)
         out = self._moved_to(replica, room, now)
@@ -306,16 +316,45 @@ class WorkQueue:
                 due = since + sum(w.cost for w in unit) / their
                 if due < now:  # overdue (a longer answer than that replica's average): as long again
                     due = now + (now - since)
+                left = [self._left(w, k) for w in unit]
+                if None not in left:  # its engine's progress tells better
+                    due = now + max(left)
                 if last is None or due > last[0]:
                     last = (due, unit, k)
         if last is None:
             return 0
         mine = now + sum(w.cost for w in last[1]) / rate
+        left = [self._left(w, replica) for w in last[1]]
+        if None not in left:  # a prefill of prompt and answer so far (at its prompt speed, which errs long), then
+            # the rest of each answer at this replica's decode rate
+            generated = sum(self.generated.get(w.instance_id, (0, 0.0))[0] for w in last[1])
+            mine = now + (sum(w.cost - w.budget for w in last[1]) + generated) / rate + max(left)
         if mine >= last[0] or (by is not None and (last[0] <= by or mine > by)):
             return 0
         self.asked_back[last[2]].update((w.instance_id, None) for w in last[1])
         self.moved_ids.update(w.instance_id for w in last[1])
         return len(last[1])
+
+    def _progress(self, replica: int, progress: Mapping[str, int], now: float) -> None:
+        """Each prompt's tokens generated so far, and from their growth since the last report the replica's tokens
+        per second per sequence (the prefill's report, 0 tokens, is a starting point only)."""
+        for instance_id, tokens in progress.items():
+            if instance_id not in self.held[replica]:
+                continue
+            before = self.generated.get(instance_id)
+            if before is not None and before[0] > 0 and tokens > before[0] and now > before[1]:
+                self.decode[replica][0] += tokens - before[0]
+                self.decode[replica][1] += now - before[1]
+            self.generated[instance_id] = (tokens, now)
+
+    def _left(self, work: Work, replica: int) -> float | None:
+        """Seconds `replica` needs to finish `work` from where it is: its budget left at the replica's decode rate
+        (an upper bound: an answer may stop before its budget); None until both are known."""
+        tokens, seconds = self.decode[replica]
+        generated = self.generated.get(work.instance_id, (0, 0.0))[0]
+        if not (work.budget and tokens and seconds > 0):
+            return None
+        return max(0, work.budget - generated) * seconds / tokens
 
     def _may_move_to(self, replica: int) -> bool:
         """Whether work may yet move to `replica` (`_ask_back`): it has run a prompt and another replica holds some.
@@ -341,6 +380,7 @@ class WorkQueue:
         for w in back:
             del self.held[replica][w.instance_id]
             self.since.pop(w.instance_id, None)
+            self.generated.pop(w.instance_id, None)
             self.asked_back[replica].pop(w.instance_id, None)
             self.held_cost[replica] -= w.cost
             self.queued_cost += w.cost
@@ -432,6 +472,7 @@ class WorkQueue:
         self.handed[replica] = []
         self.asked_back[replica].clear()
         self.latency[replica] = [0.0, 0.0]
+        self.decode[replica] = [0.0, 0.0]
         self.first_ask.pop(replica, None)  # a new life: its speed is measured afresh
         self.done_cost[replica] = 0
         self._close(replica)  # and its reader starts with no shard open

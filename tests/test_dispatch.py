@@ -368,6 +368,41 @@ def test_a_prompt_given_back_part_way_goes_out_with_its_answer_so_far():
     assert ("i0002", ((5, 6, 7), " so far")) in [(w.instance_id, w.resumed) for w in left]
 
 
+def test_a_context_that_would_end_the_pool_late_is_asked_back_while_work_is_still_queued():
+    """Replica 1 took i0000 and i0001 at t=0 and finished i0000 at t=20 (5/s a prompt); replica 0 runs a prompt
+    every 5 s (20/s). At t=25 the pool would end at t=50 split by speed, and i0001, past its time, is taken to end
+    at t=50 there: it stays. At t=30 it is taken to end at t=60, after the pool's t=51.4, and replica 0 would
+    finish it by t=35: it is asked back though four prompts are still queued, and replica 0 goes on taking them."""
+    queue = WorkQueue(_rows(12), 2)
+    assert [w.instance_id for w in queue.take(1, 2, now=0.0)] == ["i0000", "i0001"]
+    got = queue.take(0, 1, now=0.0)
+    for t in (5.0, 10.0, 15.0, 20.0, 25.0, 30.0):
+        if t == 20.0:
+            assert [w.instance_id for w in queue.take(1, 1, finished=["i0000"], now=t)] == ["i0006"]
+        got = queue.take(0, 1, finished=[got[0].instance_id], now=t)
+        assert len(got) == 1  # queued work goes on being taken
+        assert queue.reclaims() == ({1: ["i0001"]} if t == 30.0 else {}), t
+    assert queue.remaining() == 2 and queue.events()[-1]["asked_back"] == 1
+
+
+@pytest.mark.parametrize(("generated", "moves"), [(15, True), (98, False)])
+def test_the_engines_progress_tells_which_answer_is_near_its_end(generated: int, moves: bool) -> None:
+    """Replica 1 generates a token a second per answer, replica 0 twenty (from the progress each reports). At t=21
+    i0001 (budget 100) is past its time on replica 1, so without progress it would be taken to need as long again
+    and move. With 85 tokens left it moves (85 s there; a prefill and 4 s on replica 0); with 2 left it stays."""
+    queue = WorkQueue([Work(f"i{k:04d}", f"c{k:04d}", 200, "s", budget=100) for k in range(4)], 2)
+    assert [w.instance_id for w in queue.take(1, 2, now=0.0)] == ["i0000", "i0001"]
+    assert [w.instance_id for w in queue.take(0, 1, now=0.0)] == ["i0002"]
+    assert [w.instance_id for w in queue.take(0, 1, progress={"i0002": 10}, now=1.0)] == ["i0003"]
+    queue.take(0, 1, progress={"i0002": 30, "i0003": 10}, now=2.0)
+    assert queue.take(0, 1, finished=["i0002", "i0003"], now=4.0) == []
+    queue.take(1, 1, progress={"i0000": 5, "i0001": generated - 10}, now=10.0)
+    assert queue.take(1, 1, finished=["i0000"], progress={"i0001": generated}, now=20.0) is None
+    assert queue.decode == {0: [20.0, 1.0], 1: [10.0, 10.0]}
+    assert queue.take(0, 1, now=21.0) == []
+    assert queue.reclaims() == ({1: ["i0001"]} if moves else {})
+
+
 def test_replicas_of_about_one_speed_do_not_trade_work():
     """Within `MOVE_SPEEDUP` of each other: replica 1 at 10/s a prompt, replica 0 at 12.5/s; i0002 is long past
     its time on replica 1, yet it stays."""

@@ -207,5 +207,9 @@ class StandInEngine:
                 "finish_reason": "length" if cut else "stop", "cached_prompt_tokens": 0,
                 "latency_s": round(latency_s, 4), "error": ""}
 
+    def progress(self) -> dict[str, int]:
+        """No request is part-way: the stand-in answers each whole in one step (`VllmEngine.progress`)."""
+        return {}
+
     def shutdown(self) -> None:
         """Nothing to free: no model, no engine process."""

@@ -181,6 +181,7 @@ class VllmEngine:
         self.llm = vllm.LLM(**({**self.kwargs, "hf_overrides": copy.deepcopy(overrides)} if overrides else self.kwargs))
         self.stats = EngineStats()
         self.give_back = GiveBack()
+        self._live: dict[str, tuple[Request, float]] = {}
         self.closed = threading.Event()
         _watch_engine_core(self.llm.llm_engine.engine_core, self.closed)
         config = self.llm.llm_engine.vllm_config
@@ -233,6 +234,7 @@ class VllmEngine:
         window = max(1, inflight or 2 * self.max_num_seqs)
         source = iter(requests)
         live: dict[str, tuple[Request, float]] = {}
+        self._live = live  # for `progress`, read between steps by the source (the replica asking for work)
         exhausted = False
         while True:
             for instance_id in self.give_back.due(live):
@@ -289,6 +291,18 @@ class VllmEngine:
                              finish_reason=str(completion.finish_reason), cached_prompt_tokens=cached,
                              latency_s=now - sent, engine_step=self.stats.steps))
         return done
+
+    def progress(self) -> dict[str, int]:
+        """Tokens generated so far by each request in the engine (a resumed one's with what it resumed from): the
+        work queue's progress score (`dispatch.WorkQueue._ask_back`). Read between steps, by the loop's thread."""
+        processor = self.llm.llm_engine.output_processor
+        out = {}
+        for instance_id, (req, _) in list(self._live.items()):
+            out[instance_id] = len(req.resumed.token_ids) if req.resumed else 0
+            for internal in processor.external_req_ids.get(instance_id, ()):
+                detokenizer = getattr(processor.request_states.get(internal), "detokenizer", None)
+                out[instance_id] += detokenizer.num_output_tokens() if detokenizer is not None else 0
+        return out
 
     def _so_far(self, req: Request) -> Partial:
         """What `req` has generated in this engine, after what it was resumed from (read from vLLM's output

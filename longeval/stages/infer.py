@@ -174,11 +174,13 @@ def schedule(todo: pa.Table) -> list[Work]:
     rows = todo.take(pc.sort_indices(keyed, sort_keys=[(c, "ascending") for c in (
         "group", "target_length", "shard_index", "index", "context_id", "task", "instance_id")]))
     shards: dict[tuple, str] = {}  # one string per shard, not per prompt
+    budgets = rows["max_new_tokens"].to_pylist()
     costs = pc.add(rows["input_tokens"], rows["max_new_tokens"]).to_pylist()
     keys = zip(*(rows[c].to_pylist() for c in ("family", "task", "target_length", "seed", "shard_index")), strict=True)
-    return [Work(instance_id, context_id, int(cost), shards.setdefault(key, ShardName(*key).prefix))
-            for instance_id, context_id, cost, key in zip(rows["instance_id"].to_pylist(),
-                                                          rows["context_id"].to_pylist(), costs, keys, strict=True)]
+    return [Work(instance_id, context_id, int(cost), shards.setdefault(key, ShardName(*key).prefix), budget=budget)
+            for instance_id, context_id, cost, budget, key in zip(rows["instance_id"].to_pylist(),
+                                                                  rows["context_id"].to_pylist(), costs, budgets, keys,
+                                                                  strict=True)]
 
 
 # -- the replica actor ------------------------------------------------------------------------------------------
@@ -282,7 +284,7 @@ class Replica:
             finished, self.finished_ids = self.finished_ids, []
             holding -= len(finished) + len(given_back)
             asked_at = time.monotonic()
-            got = ray.get(queue.take.remote(k, 1, finished, given_back=given_back))
+            got = ray.get(queue.take.remote(k, 1, finished, given_back=given_back, progress=self.engine.progress()))
             if got is None and holding <= 0:
                 return
             holding += len(got or [])

@@ -69,15 +69,19 @@ def test_a_prompt_given_back_part_way_is_continued_from_its_answer_so_far(engine
     prompt = [1, 2, 3, 11]
     whole = engine.generate([Request("w", prompt, 24)])[0]
 
+    seen: list[dict[str, int]] = []
+
     def requests():
         yield Request("w", prompt, 24)
         yield from [None] * 6  # six engine steps: the prefill and a few tokens
+        seen.append(engine.progress())  # what the replica reports to the queue when it asks
         engine.give_back.ask(["w"])
         yield None
 
     assert [row for step in engine.stream(requests(), inflight=2) for row in step] == []
     tokens, text = engine.give_back.given()["w"]
     assert 0 < len(tokens) < whole["output_tokens"] and whole["output"].startswith(text)
+    assert 0 < seen[0]["w"] <= len(tokens) <= seen[0]["w"] + 1  # one more step ran before the engine let it go
     generated = engine.stats.output_tokens
     again = engine.generate([Request("w", prompt, 24, resumed=Partial(tuple(tokens), text))])[0]
     assert engine.stats.output_tokens - generated == whole["output_tokens"] - len(tokens)  # only the rest ran
