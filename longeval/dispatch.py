@@ -285,7 +285,7 @@ class WorkQueue:
         many prompts were asked back.
 
         `by`: with work still queued, the time the pool would end were its unfinished work split by speed: a
-        context is asked back only if it would finish after that there and by then on `replica`. A slow replica's
+        context is asked back only if it would finish after that where it is. A slow replica's
         first batch (taken before any speed was known) then moves while there is time, not at the end: a run of
         the benchmark moved two long answers at 150 s, 145 tokens in at a token a second, and the fast replica ran
         the rest of them for 34 s after the slow one had run out.
@@ -329,7 +329,7 @@ class WorkQueue:
             # the rest of each answer at this replica's decode rate
             generated = sum(self.generated.get(w.instance_id, (0, 0.0))[0] for w in last[1])
             mine = now + (sum(w.cost - w.budget for w in last[1]) + generated) / rate + max(left)
-        if mine >= last[0] or (by is not None and (last[0] <= by or mine > by)):
+        if mine >= last[0] or (by is not None and last[0] <= by):
             return 0
         self.asked_back[last[2]].update((w.instance_id, None) for w in last[1])
         self.moved_ids.update(w.instance_id for w in last[1])
