@@ -17,8 +17,9 @@ That is the static split (`cluster.dispatch=static`). It cannot help a replica t
 (another GPU type, a shared node, a restart): the others finish their lists and wait. So by default a pool's
 prompts sit in one `WorkQueue` and each replica takes the next context whenever its engine has a free slot
 (`cluster.dispatch=dynamic`): work goes to whichever replica is free, at the price of placement that depends
-on timing (docs/architecture.md, "Dispatch"). When nothing is left to hand out, a context a slower replica would
-finish last moves to a free faster one (`WorkQueue._ask_back`).
+on timing (docs/architecture.md, "Dispatch"). A context a slower replica would finish last moves, with its answers
+so far, to a faster one that would finish it sooner, when nothing is left to hand out or when it would otherwise
+end after the rest of the pool (`WorkQueue._ask_back`).
 """
 
 from __future__ import annotations
@@ -128,9 +129,10 @@ class WorkQueue:
     is an even split: near the end a slower replica then holds less, and finishes when the others do, instead of
     holding half of what is left at half the speed.
 
-    What a replica has started can still move: with nothing left to hand out, a free replica may ask for the
-    context a slower one would finish last (`_ask_back`); the slower one gives it back unfinished
-    (`given_back`) with its answer so far, and it goes out first, to any other replica, which continues it.
+    What a replica has started can still move: a replica may ask for the context a slower one would finish last
+    (`_ask_back`) when nothing is left to hand out, or when that context would end the pool late; the slower one
+    gives it back unfinished (`given_back`) with its answer so far, and it goes out first, to any other replica,
+    which continues it.
 
     Pure and single-threaded; the infer stage wraps it in a Ray actor that replicas call.
     """
@@ -242,6 +244,8 @@ class WorkQueue:
                  "took": len(out), "took_cost": sum(w.cost for w in out), "held_cost": self.held_cost[replica],
                  "share": round(share), "queued": len(self.queue),
                  "speeds": speeds and {k: round(v, 1) for k, v in sorted(speeds.items())}}
+        if so_far:
+            event["given_back"] = len(so_far)
         if resumed := sum(len(w.resumed[0]) for w in out if w.resumed):
             event["resumed_tokens"] = resumed  # generated before it moved: not run again
         if self.queue and speeds:  # a slower replica's context that would end the pool late moves now
