@@ -110,8 +110,9 @@ queue counts a shard as open for that long, so affinity never sends a replica ba
 
 
 MOVE_SPEEDUP = 1.5
-"""How much faster per prompt a replica must run than another to take that one's work (`WorkQueue._ask_back`):
-clearly faster, so replicas of one speed, whose measured speeds differ by batch and noise, do not trade work."""
+"""How much faster a replica must generate (tokens per second per answer; per prompt until its engine reported
+progress) than another to take that one's work (`WorkQueue._ask_back`): clearly faster, so replicas of one speed,
+whose measured speeds differ by batch and noise, do not trade work."""
 
 
 class WorkQueue:
@@ -246,6 +247,8 @@ class WorkQueue:
                  "speeds": speeds and {k: round(v, 1) for k, v in sorted(speeds.items())}}
         if so_far:
             event["given_back"] = len(so_far)
+        if any(tokens for tokens, _ in self.decode.values()):
+            event["decode"] = {k: round(t / s, 2) for k, (t, s) in sorted(self.decode.items()) if s > 0}
         if resumed := sum(len(w.resumed[0]) for w in out if w.resumed):
             event["resumed_tokens"] = resumed  # generated before it moved: not run again
         if self.queue and speeds:  # a slower replica's context that would end the pool late moves now
@@ -312,7 +315,7 @@ class WorkQueue:
         for k in self.active - {replica}:
             their = self._prompt_speed(k)
             held, asked = self.held[k], self.asked_back[k]
-            if their is None or their * MOVE_SPEEDUP > rate or not held:  # only from a clearly slower replica
+            if their is None or not held or not self._clearly_faster(replica, k, rate, their):
                 continue
             for unit in group_by_context([w for w in self.handed[k] if w.instance_id in held
                                           and w.instance_id not in asked and w.instance_id not in self.moved_ids]):
@@ -366,6 +369,16 @@ class WorkQueue:
         known only later (its first prompt finishes after the queue ran dry)."""
         return self._prompt_speed(replica) is not None and any(
             self.held[k] for k in self.active if k != replica)
+
+    def _clearly_faster(self, replica: int, other: int, rate: float, their: float) -> bool:
+        """Whether `replica` runs `MOVE_SPEEDUP` times as fast as `other`: by tokens generated per second per
+        sequence once both engines reported progress, else by prompt speed (`rate`, `their`). A prompt's time from
+        hand-out to finish is mostly the batch it shares, so the prompt speeds of a fast replica with a full batch
+        and of a slow one can be close while their answers grow at very different rates."""
+        (mine, my_s), (theirs, their_s) = self.decode[replica], self.decode[other]
+        if mine and my_s > 0 and theirs and their_s > 0:
+            return mine / my_s >= MOVE_SPEEDUP * theirs / their_s
+        return rate >= MOVE_SPEEDUP * their
 
     def _prompt_speed(self, replica: int) -> float | None:
         """Cost per second of a prompt on `replica` (`latency`); None until it finished one."""

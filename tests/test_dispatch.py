@@ -403,6 +403,22 @@ def test_the_engines_progress_tells_which_answer_is_near_its_end(generated: int,
     assert queue.reclaims() == ({1: ["i0001"]} if moves else {})
 
 
+def test_answers_that_grow_faster_mark_the_faster_replica_though_prompt_speeds_are_close():
+    """Prompt speeds 12.5/s and 10/s (within `MOVE_SPEEDUP`: nothing would move), but replica 0's answers grow ten
+    tokens a second and replica 1's one: i0002, 90 tokens short of its budget on replica 1, moves."""
+    queue = WorkQueue([Work(f"i{k:04d}", f"c{k:04d}", 100, "s", budget=100) for k in range(3)], 2)
+    assert [w.instance_id for w in queue.take(1, 1, now=0.0)] == ["i0000"]
+    assert [w.instance_id for w in queue.take(0, 1, now=2.0)] == ["i0001"]
+    queue.take(0, 1, progress={"i0001": 10}, now=3.0)
+    queue.take(0, 1, progress={"i0001": 60}, now=8.0)
+    assert [w.instance_id for w in queue.take(1, 1, finished=["i0000"], now=10.0)] == ["i0002"]
+    assert queue.take(0, 1, finished=["i0001"], now=10.0) == [] and queue.reclaims() == {}  # no decode rate: r1
+    queue.take(1, 1, progress={"i0002": 5}, now=12.0)
+    assert queue.take(1, 1, progress={"i0002": 10}, now=17.0) is None  # nothing to take; it runs i0002
+    assert queue.events()[-1]["decode"] == {0: 10.0, 1: 1.0}
+    assert queue.take(0, 1, now=18.0) == [] and queue.reclaims() == {1: ["i0002"]}
+
+
 def test_replicas_of_about_one_speed_do_not_trade_work():
     """Within `MOVE_SPEEDUP` of each other: replica 1 at 10/s a prompt, replica 0 at 12.5/s; i0002 is long past
     its time on replica 1, yet it stays."""
