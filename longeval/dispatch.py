@@ -110,9 +110,9 @@ queue counts a shard as open for that long, so affinity never sends a replica ba
 
 
 MOVE_SPEEDUP = 1.5
-"""How much faster a replica must generate (tokens per second per answer; per prompt until its engine reported
-progress) than another to take that one's work (`WorkQueue._ask_back`): clearly faster, so replicas of one speed,
-whose measured speeds differ by batch and noise, do not trade work."""
+"""How much faster a replica must run (cost finished per second) than another to take that one's work
+(`WorkQueue._ask_back`): clearly faster, so replicas of one speed, whose measured speeds differ by batch and noise,
+do not trade work."""
 
 
 class WorkQueue:
@@ -253,10 +253,10 @@ class WorkQueue:
             event["resumed_tokens"] = resumed  # generated before it moved: not run again
         if self.queue and speeds:  # a slower replica's context that would end the pool late moves now
             unfinished = self.queued_cost + sum(self.held_cost.values())
-            if asked := self._ask_back(replica, now, by=now + unfinished / sum(speeds.values())):
+            if asked := self._ask_back(replica, now, speeds, by=now + unfinished / sum(speeds.values())):
                 event["asked_back"] = asked
         if not out and not self.queue:
-            asked = self._ask_back(replica, now)
+            asked = self._ask_back(replica, now, speeds)
             if not (asked or self.moved or any(self.asked_back.values()) or self._may_move_to(replica)):
                 self.trace.append({**event, "took": None})
                 return None
@@ -286,7 +286,8 @@ class WorkQueue:
             out += unit
         return out
 
-    def _ask_back(self, replica: int, now: float, by: float | None = None) -> int:
+    def _ask_back(self, replica: int, now: float, speeds: dict[int, float] | None = None,
+                  by: float | None = None) -> int:
         """With nothing left to hand out, ask a slower replica (by how fast each has run its prompts) to give
         `replica` the context it would finish last, if `replica` would finish it sooner, from scratch. Returns how
         many prompts were asked back.
@@ -315,7 +316,7 @@ class WorkQueue:
         for k in self.active - {replica}:
             their = self._prompt_speed(k)
             held, asked = self.held[k], self.asked_back[k]
-            if their is None or not held or not self._clearly_faster(replica, k, rate, their):
+            if their is None or not held or not self._clearly_faster(replica, k, speeds or {}, rate, their):
                 continue
             for unit in group_by_context([w for w in self.handed[k] if w.instance_id in held
                                           and w.instance_id not in asked and w.instance_id not in self.moved_ids]):
@@ -370,14 +371,13 @@ class WorkQueue:
         return self._prompt_speed(replica) is not None and any(
             self.held[k] for k in self.active if k != replica)
 
-    def _clearly_faster(self, replica: int, other: int, rate: float, their: float) -> bool:
-        """Whether `replica` runs `MOVE_SPEEDUP` times as fast as `other`: by tokens generated per second per
-        sequence once both engines reported progress, else by prompt speed (`rate`, `their`). A prompt's time from
-        hand-out to finish is mostly the batch it shares, so the prompt speeds of a fast replica with a full batch
-        and of a slow one can be close while their answers grow at very different rates."""
-        (mine, my_s), (theirs, their_s) = self.decode[replica], self.decode[other]
-        if mine and my_s > 0 and theirs and their_s > 0:
-            return mine / my_s >= MOVE_SPEEDUP * theirs / their_s
+    def _clearly_faster(self, replica: int, other: int, speeds: dict[int, float], rate: float, their: float) -> bool:
+        """Whether `replica` runs `MOVE_SPEEDUP` times as fast as `other`: by the cost each finished per second
+        (`_speeds`) once both finished something, else by prompt speed (`rate`, `their`). Not by how fast answers
+        grow (`decode`): that follows what else shares a step, and two replicas of one speed measured 2.5 and 0.6
+        tokens a second per answer in a benchmark run (prefills in one engine's steps), and traded work."""
+        if replica in speeds and other in speeds:
+            return speeds[replica] >= MOVE_SPEEDUP * speeds[other]
         return rate >= MOVE_SPEEDUP * their
 
     def _prompt_speed(self, replica: int) -> float | None:

@@ -403,9 +403,10 @@ def test_the_engines_progress_tells_which_answer_is_near_its_end(generated: int,
     assert queue.reclaims() == ({1: ["i0001"]} if moves else {})
 
 
-def test_answers_that_grow_faster_mark_the_faster_replica_though_prompt_speeds_are_close():
-    """Prompt speeds 12.5/s and 10/s (within `MOVE_SPEEDUP`: nothing would move), but replica 0's answers grow ten
-    tokens a second and replica 1's one: i0002, 90 tokens short of its budget on replica 1, moves."""
+def test_answers_that_grow_faster_do_not_make_a_replica_faster():
+    """Replica 0's answers grow ten tokens a second, replica 1's one, but both finish about the same cost a second
+    (6.3 and 5.6 at t=18): nothing moves. (How fast answers grow follows what shares an engine's steps: two
+    replicas of one speed measured 2.5 and 0.6 in a benchmark run.)"""
     queue = WorkQueue([Work(f"i{k:04d}", f"c{k:04d}", 100, "s", budget=100) for k in range(3)], 2)
     assert [w.instance_id for w in queue.take(1, 1, now=0.0)] == ["i0000"]
     assert [w.instance_id for w in queue.take(0, 1, now=2.0)] == ["i0001"]
@@ -416,7 +417,7 @@ def test_answers_that_grow_faster_mark_the_faster_replica_though_prompt_speeds_a
     queue.take(1, 1, progress={"i0002": 5}, now=12.0)
     assert queue.take(1, 1, progress={"i0002": 10}, now=17.0) is None  # nothing to take; it runs i0002
     assert queue.events()[-1]["decode"] == {0: 10.0, 1: 1.0}
-    assert queue.take(0, 1, now=18.0) == [] and queue.reclaims() == {1: ["i0002"]}
+    assert queue.take(0, 1, now=18.0) == [] and queue.reclaims() == {}
 
 
 def test_replicas_of_about_one_speed_do_not_trade_work():
@@ -509,7 +510,7 @@ def test_a_slow_replicas_first_batch_moves_to_the_free_replica_at_the_end(monkey
     rows = [Work(f"i{k:03d}", f"c{k:03d}", costs[k % 4], "s") for k in range(24)]
     busy, ran_on = _simulate_with_give_back(rows, [1.0, 0.25], slots=8, ahead=[0, 8])
     assert sorted(ran_on) == sorted(w.instance_id for w in rows)
-    monkeypatch.setattr(WorkQueue, "_ask_back", lambda self, replica, now: 0)
+    monkeypatch.setattr(WorkQueue, "_ask_back", lambda self, *args, **kwargs: 0)
     kept, kept_on = _simulate_with_give_back(rows, [1.0, 0.25], slots=8, ahead=[0, 8])
 
     def idle(busy: list[float]) -> float:
