@@ -343,6 +343,14 @@ class WorkQueue:
         self.moved_ids.update(w.instance_id for w in last[1])
         return len(last[1])
 
+    def report(self, answers: Mapping[int, Mapping[str, int]], now: float | None = None) -> None:
+        """Each replica's progress between its asks (tokens generated so far per prompt held; `take`'s
+        `progress`), which the driver reads once a second: a full engine asks only when a prompt finishes."""
+        now = time.monotonic() if now is None else now
+        for replica, progress in answers.items():
+            if replica in self.active:
+                self._progress(replica, progress, now)
+
     def _progress(self, replica: int, progress: Mapping[str, int], now: float) -> None:
         """Each prompt's tokens generated so far, and from their growth since the last report the replica's tokens
         per second per sequence (the prefill's report, 0 tokens, is a starting point only)."""

@@ -420,6 +420,17 @@ def test_answers_that_grow_faster_do_not_make_a_replica_faster():
     assert queue.take(0, 1, now=18.0) == [] and queue.reclaims() == {}
 
 
+def test_progress_the_driver_reads_between_asks_counts_as_on_an_ask():
+    """A full engine asks only when a prompt finishes; the driver reads every replica's progress once a second
+    (`Replica.answers`) and reports it, so a slow replica's answers are tracked between its asks."""
+    queue = WorkQueue([Work("i0", "c0", 200, "s", budget=100)], 1)
+    assert [w.instance_id for w in queue.take(0, 1, now=0.0)] == ["i0"]
+    queue.report({0: {"i0": 10}}, now=5.0)
+    queue.report({0: {"i0": 30, "not-held": 5}, 7: {"x": 1}}, now=7.0)  # not its prompt, not a replica: ignored
+    assert queue.decode[0] == [20.0, 2.0] and queue.generated == {"i0": (30, 7.0)}
+    assert queue.take(0, 1, finished=["i0"], now=8.0) is None and queue.generated == {}
+
+
 def test_replicas_of_about_one_speed_do_not_trade_work():
     """Within `MOVE_SPEEDUP` of each other: replica 1 at 10/s a prompt, replica 0 at 12.5/s; i0002 is long past
     its time on replica 1, yet it stays."""

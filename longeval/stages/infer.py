@@ -294,6 +294,16 @@ class Replica:
             for read, work in zip(reads(got or []), got or [], strict=True):
                 yield (*read, work.resumed) if work.resumed else read
 
+    def answers(self) -> dict[str, int]:
+        """Tokens generated so far by each request in the engine (`VllmEngine.progress`), for the work queue's
+        estimates between this replica's asks: a replica with a full engine asks only when a prompt finishes,
+        which on a slow one can be a minute. Read from the actor's second thread while the engine steps; a read
+        that races a step reports nothing."""
+        try:
+            return self.engine.progress()
+        except (RuntimeError, KeyError, AttributeError):
+            return {}
+
     def release(self, instance_ids: list[str]) -> None:
         """Give these prompts back unfinished (dynamic dispatch moves them to a replica that would finish them
         sooner); the engine drops them between steps and the next ask reports them (`_from_queue`)."""
@@ -996,6 +1006,15 @@ class _QueueDriver(_PoolDriver):
     def rebalance(self) -> None:
         import ray
 
+        running = {k: self.replicas.actors[k] for k in self.runs.values() if k in self.replicas.actors}
+        refs = {actor.answers.remote(): k for k, actor in running.items()}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=2.0) if refs else ([], [])
+        answers = {}
+        for ref in ready:
+            with contextlib.suppress(ray.exceptions.RayError):  # dead: `wait` restarts it
+                answers[refs[ref]] = ray.get(ref)
+        if answers:
+            self.queue.report.remote(answers)
         for k, ids in ray.get(self.queue.reclaims.remote()).items():
             if k in self.replicas.actors:
                 self.replicas.actors[k].release.remote(ids)  # repeated each second until done: idempotent
