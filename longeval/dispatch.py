@@ -288,27 +288,22 @@ class WorkQueue:
 
     def _ask_back(self, replica: int, now: float, speeds: dict[int, float] | None = None,
                   by: float | None = None) -> int:
-        """With nothing left to hand out, ask a slower replica (by how fast each has run its prompts) to give
-        `replica` the context it would finish last, if `replica` would finish it sooner, from scratch. Returns how
-        many prompts were asked back.
+        """Ask a clearly slower replica (`_clearly_faster`) to give `replica` the context it would finish last, if
+        `replica` would finish it sooner. Returns how many prompts were asked back.
 
         `by`: with work still queued, the time the pool would end were its unfinished work split by speed: a
-        context is asked back only if it would finish after that where it is. A slow replica's
-        first batch (taken before any speed was known) then moves while there is time, not at the end: a run of
-        the benchmark moved two long answers at 150 s, 145 tokens in at a token a second, and the fast replica ran
-        the rest of them for 34 s after the slow one had run out.
+        context is asked back only if it would finish after that where it is. A slow replica's first batch (taken
+        before any speed was known) then moves while there is time, not at the end: a run of the benchmark moved
+        two long answers at 150 s, 145 tokens in at about a token a second, and the fast replica ran the rest of
+        them for 34 s after the slow one had run out.
 
-        When a replica finishes a context is told by how fast it has run its prompts (`latency`): a replica at half
-        speed runs each of its prompts at half speed however few it holds, so its last contexts can end minutes
-        after the others ran out of work (the first it took before any speed was known). A context past that time
-        (its answer is longer than most) is taken to need as long again as it has run, the estimate of LATE
-        (Zaharia et al., OSDI 2008) without a progress score. A context moved keeps its answers so far (the next
-        replica continues them after a prefill of prompt and answer, `Work.resumed`); the estimate still counts it
-        from scratch at the faster replica, so it errs towards leaving work where it is. It moves only to a clearly
-        faster replica (`MOVE_SPEEDUP`) and only once: a run of the benchmark sent contexts from the fast replica
-        to the slow one and back, on estimates of prompts past their time. (When moves restarted a prompt from
-        scratch, a run moved two long answers 400-odd tokens in, and the fast replica ran them for 54 s after the
-        slow one had finished everything else.)"""
+        When a context would finish where it is: by its engine's progress once known (`_left`: budget left at that
+        replica's decode rate), else by how fast that replica has run its prompts (`latency`), a context past that
+        time being taken to need as long again as it has run (LATE, Zaharia et al., OSDI 2008). On `replica`: a
+        prefill of prompt and answer so far at its prompt speed (which errs long), then the rest at its decode
+        rate; from scratch at its prompt speed until it reported progress. A context moved keeps its answers so far
+        (`Work.resumed`), and moves only once: a run of the benchmark sent contexts from the fast replica to the
+        slow one and back, on estimates of prompts past their time."""
         rate = self._prompt_speed(replica)
         if rate is None:
             return 0
