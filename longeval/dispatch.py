@@ -251,10 +251,8 @@ class WorkQueue:
             event["decode"] = {k: round(t / s, 2) for k, (t, s) in sorted(self.decode.items()) if s > 0}
         if resumed := sum(len(w.resumed[0]) for w in out if w.resumed):
             event["resumed_tokens"] = resumed  # generated before it moved: not run again
-        if self.queue and speeds:  # a slower replica's context that would end the pool late moves now
-            unfinished = self.queued_cost + sum(self.held_cost.values())
-            if asked := self._ask_back(replica, now, speeds, by=now + unfinished / sum(speeds.values())):
-                event["asked_back"] = asked
+        if asked := self._ask_early(replica, now, speeds):
+            event["asked_back"] = asked
         if not out and not self.queue:
             asked = self._ask_back(replica, now, speeds)
             if not (asked or self.moved or any(self.asked_back.values()) or self._may_move_to(replica)):
@@ -338,13 +336,48 @@ class WorkQueue:
         self.moved_ids.update(w.instance_id for w in last[1])
         return len(last[1])
 
+    def _ask_early(self, replica: int, now: float, speeds: dict[int, float] | None) -> int:
+        """With work still queued, ask a slower replica for a context that would end the pool late where it is
+        (`_ask_back` by the pool's projected end: its unfinished cost split by speed)."""
+        if not (self.queue and speeds):
+            return 0
+        return self._ask_back(replica, now, speeds, by=self._projected_end(now, speeds))
+
+    def _projected_end(self, now: float, speeds: dict[int, float]) -> float:
+        """When the pool would end were its unfinished cost split by speed, a replica's speed being the cost it
+        ran per second: what it finished and, by its engine's progress, the prompts it prefilled and the tokens
+        it generated since. By finished cost alone a replica's first batch counts for nothing until its prompts
+        finish: a benchmark run's slow replica measured 19 a second at 54 s (one prompt finished of eight it had
+        prefilled), which put the pool's end at 267 s (it ended at 168 s), and its long answers were asked back
+        only at 95 s."""
+        ran = {k: self.done_cost[k] + sum(self._ran(w) for w in self.held[k].values()) for k in speeds}
+        rate = sum(ran[k] / (now - self.first_ask[k]) for k in speeds)
+        unfinished = self.queued_cost + sum(self.held_cost[k] for k in self.active) - sum(
+            ran[k] - self.done_cost[k] for k in speeds)
+        return now + max(0.0, unfinished) / rate
+
+    def _ran(self, work: Work) -> int:
+        """How much of a held prompt's cost its engine ran: its prompt once it generated a token, and its tokens."""
+        generated = self.generated.get(work.instance_id, (0, 0.0))[0]
+        return work.cost - work.budget + min(generated, work.budget) if generated else 0
+
     def report(self, answers: Mapping[int, Mapping[str, int]], now: float | None = None) -> None:
         """Each replica's progress between its asks (tokens generated so far per prompt held; `take`'s
-        `progress`), which the driver reads once a second: a full engine asks only when a prompt finishes."""
+        `progress`), which the driver reads once a second: a full engine asks only when a prompt finishes.
+
+        The early asks (`_ask_early`) are made here too, for every replica: made only when the faster replica
+        asked, they waited for its next prompt to finish (6 s in a benchmark run), and meanwhile the slow one took
+        four new prompts, whose prefill kept it from giving back for 33 s."""
         now = time.monotonic() if now is None else now
+        self.started = now if self.started is None else self.started
         for replica, progress in answers.items():
             if replica in self.active:
                 self._progress(replica, progress, now)
+        speeds = self._speeds(now)
+        for replica in sorted(self.active):
+            if asked := self._ask_early(replica, now, speeds):
+                self.trace.append({"t": round(now - self.started, 3), "replica": replica, "report": True,
+                                   "asked_back": asked, "queued": len(self.queue)})
 
     def _progress(self, replica: int, progress: Mapping[str, int], now: float) -> None:
         """Each prompt's tokens generated so far, and from their growth since the last report the replica's tokens
@@ -487,10 +520,8 @@ class WorkQueue:
                 self.queue.appendleft(unit)
                 self._wait(unit, at_front=True)
                 self.queued_cost += sum(w.cost for w in unit)
-        self.held[replica].clear()
-        self.held_cost[replica] = 0
+        self._let_go(replica)
         self.handed[replica] = []
-        self.asked_back[replica].clear()
         self.latency[replica] = [0.0, 0.0]
         self.decode[replica] = [0.0, 0.0]
         self.first_ask.pop(replica, None)  # a new life: its speed is measured afresh
@@ -500,18 +531,23 @@ class WorkQueue:
 
     def ran_out(self, replica: int) -> None:
         """A replica's run ended normally: everything it took is finished (the last of it after its last ask)."""
-        self.held[replica].clear()
-        self.held_cost[replica] = 0
-        self.asked_back[replica].clear()
+        self._let_go(replica)
 
     def retire(self, replica: int) -> None:
         """A replica that will take no more (failed too often): its share goes to the others."""
         self.active.discard(replica)
+        self._let_go(replica)
+        self.handed[replica] = []
+        self._close(replica)
+
+    def _let_go(self, replica: int) -> None:
+        """Forget what `replica` holds, with its progress and hand-out times."""
+        for instance_id in self.held[replica]:
+            self.generated.pop(instance_id, None)
+            self.since.pop(instance_id, None)
         self.held[replica].clear()
         self.held_cost[replica] = 0
-        self.handed[replica] = []
         self.asked_back[replica].clear()
-        self._close(replica)
 
     def _open(self, replica: int, shards: list[str]) -> None:
         opened = self.opened[replica]

@@ -385,6 +385,45 @@ def test_a_context_that_would_end_the_pool_late_is_asked_back_while_work_is_stil
     assert queue.remaining() == 2 and queue.events()[-1]["asked_back"] == 1
 
 
+def test_the_drivers_report_asks_early_between_the_faster_replicas_asks():
+    """Replica 0 runs a prompt every 5 s; replica 1's answers grow half a token a second. At t=22 replica 0 is in
+    the middle of a prompt and does not ask, but the driver's report of the replicas' progress, once a second,
+    asks for i0001 (89 tokens left: 178 s there, 5 s on replica 0) with work still queued. Made only on
+    replica 0's asks, the ask would wait for its next prompt to finish, while replica 1 might take new prompts
+    whose prefill holds up the give-back (33 s in a benchmark run)."""
+    queue = WorkQueue([Work(f"i{k:04d}", f"c{k:04d}", 200, "s", budget=100) for k in range(12)], 2)
+    assert [w.instance_id for w in queue.take(1, 2, now=0.0)] == ["i0000", "i0001"]
+    got = queue.take(0, 1, now=0.0)
+    for t in (5.0, 10.0, 15.0, 20.0):
+        got = queue.take(0, 1, finished=[got[0].instance_id], now=t)
+        queue.report({1: {"i0000": int(t / 2), "i0001": int(t / 2)}}, now=t)
+        assert queue.reclaims() == {}  # replica 1 has finished nothing: no speed to compare
+    assert queue.take(1, 1, finished=["i0000"], now=20.0) == []  # it holds its share (a fifth)
+    queue.report({1: {"i0001": 11}}, now=22.0)
+    assert queue.reclaims() == {1: ["i0001"]}
+    assert queue.events()[-1] == {"t": 22.0, "replica": 0, "report": True, "asked_back": 1, "queued": 5}
+    queue.report({1: {"i0001": 12}}, now=23.0)  # once
+    assert len([e for e in queue.events() if e.get("report")]) == 1
+
+
+def test_the_pools_end_counts_what_the_engines_ran_not_only_what_finished():
+    """Replica 1 took four prompts at t=0 (170 prompt tokens, budget 30), prefilled them by t=8 and generates half
+    a token a second per answer; replica 0 finishes a prompt every 6 s. At t=24 replica 1 finishes its first. By
+    finished cost alone it ran 8.3 a second and the pool would end at t=77, after i0001 would end there (t=68);
+    counting the prompts replica 1 prefilled and the tokens it generated, the pool ends at t=50, and i0001, its
+    context that would end last, is asked back (replica 0 would run it in 6 s)."""
+    queue = WorkQueue([Work(f"i{k:04d}", f"c{k:04d}", 200, "s", budget=30) for k in range(16)], 2)
+    assert [w.instance_id for w in queue.take(1, 4, now=0.0)] == ["i0000", "i0001", "i0002", "i0003"]
+    got = queue.take(0, 1, now=0.0)
+    for t in range(2, 26, 2):
+        if t % 6 == 0:
+            got = queue.take(0, 1, finished=[got[0].instance_id], now=t)
+        if t == 24:
+            queue.take(1, 1, finished=["i0000"], now=t)
+        queue.report({1: dict.fromkeys(queue.held[1], max(0, (t - 8) // 2))}, now=t)
+        assert queue.reclaims() == ({1: ["i0001"]} if t == 24 else {}), t
+
+
 @pytest.mark.parametrize(("generated", "moves"), [(15, True), (98, False)])
 def test_the_engines_progress_tells_which_answer_is_near_its_end(generated: int, moves: bool) -> None:
     """Replica 1 generates a token a second per answer, replica 0 twenty (from the progress each reports). At t=21
@@ -429,6 +468,18 @@ def test_progress_the_driver_reads_between_asks_counts_as_on_an_ask():
     queue.report({0: {"i0": 30, "not-held": 5}, 7: {"x": 1}}, now=7.0)  # not its prompt, not a replica: ignored
     assert queue.decode[0] == [20.0, 2.0] and queue.generated == {"i0": (30, 7.0)}
     assert queue.take(0, 1, finished=["i0"], now=8.0) is None and queue.generated == {}
+
+
+@pytest.mark.parametrize("end", ["ran_out", "give_back", "retire"])
+def test_a_replica_let_go_leaves_no_progress_behind(end: str) -> None:
+    """Whether its run ended, it died or it was retired, the progress of what it held is dropped: a prompt
+    requeued after a death starts from nothing on its next replica, as its engine does."""
+    queue = WorkQueue([Work(f"i{k}", f"c{k}", 200, "s", budget=100) for k in range(4)], 2)
+    queue.take(0, 2, now=0.0)
+    queue.report({0: {"i0": 10, "i1": 12}}, now=1.0)
+    assert set(queue.generated) == {"i0", "i1"}
+    getattr(queue, end)(0, *([set()] if end == "give_back" else []))
+    assert queue.generated == {} and queue.since == {}
 
 
 def test_replicas_of_about_one_speed_do_not_trade_work():

@@ -1013,8 +1013,7 @@ class _QueueDriver(_PoolDriver):
         for ref in ready:
             with contextlib.suppress(ray.exceptions.RayError):  # dead: `wait` restarts it
                 answers[refs[ref]] = ray.get(ref)
-        if answers:
-            self.queue.report.remote(answers)
+        self.queue.report.remote(answers)  # and the queue may ask a slower replica for work (`WorkQueue.report`)
         for k, ids in ray.get(self.queue.reclaims.remote()).items():
             if k in self.replicas.actors:
                 self.replicas.actors[k].release.remote(ids)  # repeated each second until done: idempotent
