@@ -18,7 +18,7 @@ Targets (issue 23): dynamic with a slowed replica: idle fraction <= 0.05 and spa
 equal replicas no worse than static.
 
     python benchmarks/dispatch.py [--samples 8] [--max-num-seqs 8] [--stop-s 0.5 --run-s 0.5] [--two-nodes]
-        [--modes static dynamic] [--cases equal slowed] [--json FILE]
+        [--modes static dynamic] [--cases equal slowed] [--json FILE] [OVERRIDE ...]
 
 With --json, each dynamic run's record includes the queue's trace (`queue_events`, from dispatch/pool0.json).
 """
@@ -115,6 +115,8 @@ def main() -> None:
     parser.add_argument("--cases", nargs="+", default=["equal", "slowed"], choices=["equal", "slowed"])
     parser.add_argument("--two-nodes", action="store_true", help="one replica on each node of a loopback cluster")
     parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument("overrides", nargs="*", help="more config overrides for every run, e.g. "
+                        "model.max_num_batched_tokens=1024")
     args = parser.parse_args()
 
     os.environ.setdefault("LONGEVAL_CACHE", str(Path(__file__).resolve().parents[1] / ".cache"))
@@ -129,7 +131,7 @@ def main() -> None:
     base = [f"model={args.model}", f"suite.tasks=[{','.join(BUDGETS)}]", f"suite.lengths=[{args.length}]",
             f"suite.samples={args.samples}", f"suite.shard_size={args.samples}", f"store.root={scratch}",
             f"model.max_num_seqs={args.max_num_seqs}", "cluster.replicas=2",
-            *(f"+suite.params.{task}.max_new_tokens={n}" for task, n in BUDGETS.items())]
+            *(f"+suite.params.{task}.max_new_tokens={n}" for task, n in BUDGETS.items()), *args.overrides]
     results: dict[str, dict] = {}
     cluster_cm = contextlib.nullcontext(None)
     if args.two_nodes:
