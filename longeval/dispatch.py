@@ -164,7 +164,7 @@ class WorkQueue:
         self.first_ask: dict[int, float] = {}
         """When each replica first asked in its current life (`time.monotonic`, or the caller's clock)."""
         self.done_cost = dict.fromkeys(range(replicas), 0)
-        """Cost each replica finished in its current life."""
+        """Cost each replica finished in its current life, and of what it gave back what it ran (`_ran`)."""
         self.opened: dict[int, dict[str, None]] = {k: {} for k in range(replicas)}
         """The last `OPEN_SHARDS` instance shards each replica took prompts from, oldest first (its reader has them
         open)."""
@@ -254,7 +254,7 @@ class WorkQueue:
         if asked := self._ask_early(replica, now, speeds):
             event["asked_back"] = asked
         if not out and not self.queue:
-            asked = self._ask_back(replica, now, speeds)
+            asked = self._ask_back(replica, now)
             if not (asked or self.moved or any(self.asked_back.values()) or self._may_move_to(replica)):
                 self.trace.append({**event, "took": None})
                 return None
@@ -284,8 +284,7 @@ class WorkQueue:
             out += unit
         return out
 
-    def _ask_back(self, replica: int, now: float, speeds: dict[int, float] | None = None,
-                  by: float | None = None) -> int:
+    def _ask_back(self, replica: int, now: float, by: float | None = None) -> int:
         """Ask a clearly slower replica (`_clearly_faster`) to give `replica` the context it would finish last, if
         `replica` would finish it sooner. Returns how many prompts were asked back.
 
@@ -305,11 +304,12 @@ class WorkQueue:
         rate = self._prompt_speed(replica)
         if rate is None:
             return 0
+        speeds = self._speeds(now, ran=False) or {}
         last: tuple[float, list[Work], int] | None = None  # (when it would finish, context, its replica)
         for k in self.active - {replica}:
             their = self._prompt_speed(k)
             held, asked = self.held[k], self.asked_back[k]
-            if their is None or not held or not self._clearly_faster(replica, k, speeds or {}, rate, their):
+            if their is None or not held or not self._clearly_faster(replica, k, speeds, rate, their):
                 continue
             for unit in group_by_context([w for w in self.handed[k] if w.instance_id in held
                                           and w.instance_id not in asked and w.instance_id not in self.moved_ids]):
@@ -341,20 +341,16 @@ class WorkQueue:
         (`_ask_back` by the pool's projected end: its unfinished cost split by speed)."""
         if not (self.queue and speeds):
             return 0
-        return self._ask_back(replica, now, speeds, by=self._projected_end(now, speeds))
+        return self._ask_back(replica, now, by=self._projected_end(now, speeds))
 
     def _projected_end(self, now: float, speeds: dict[int, float]) -> float:
-        """When the pool would end were its unfinished cost split by speed, a replica's speed being the cost it
-        ran per second: what it finished and, by its engine's progress, the prompts it prefilled and the tokens
-        it generated since. By finished cost alone a replica's first batch counts for nothing until its prompts
-        finish: a benchmark run's slow replica measured 19 a second at 54 s (one prompt finished of eight it had
-        prefilled), which put the pool's end at 267 s (it ended at 168 s), and its long answers were asked back
-        only at 95 s."""
-        ran = {k: self.done_cost[k] + sum(self._ran(w) for w in self.held[k].values()) for k in speeds}
-        rate = sum(ran[k] / (now - self.first_ask[k]) for k in speeds)
-        unfinished = self.queued_cost + sum(self.held_cost[k] for k in self.active) - sum(
-            ran[k] - self.done_cost[k] for k in speeds)
-        return now + max(0.0, unfinished) / rate
+        """When the pool would end were the cost it has not run split by speed (`_speeds`)."""
+        unfinished = self.queued_cost + sum(self.held_cost[k] - self._ran_held(k) for k in self.active)
+        return now + max(0.0, unfinished) / sum(speeds.values())
+
+    def _ran_held(self, replica: int) -> int:
+        """What `replica`'s engine ran of the prompts it holds (`_ran`)."""
+        return sum(self._ran(w) for w in self.held[replica].values())
 
     def _ran(self, work: Work) -> int:
         """How much of a held prompt's cost its engine ran: its prompt once it generated a token, and its tokens."""
@@ -409,7 +405,9 @@ class WorkQueue:
 
     def _clearly_faster(self, replica: int, other: int, speeds: dict[int, float], rate: float, their: float) -> bool:
         """Whether `replica` runs `MOVE_SPEEDUP` times as fast as `other`: by the cost each finished per second
-        (`_speeds`) once both finished something, else by prompt speed (`rate`, `their`). Not by how fast answers
+        (`_speeds(ran=False)`: a prefill counts as much cost as an answer's tokens but takes far less time, so by
+        cost run a replica that prefilled its batch looks as fast as one that finished it) once both finished
+        something, else by prompt speed (`rate`, `their`). Not by how fast answers
         grow (`decode`): that follows what else shares a step, and two replicas of one speed measured 2.5 and 0.6
         tokens a second per answer in a benchmark run (prefills in one engine's steps), and traded work."""
         if replica in speeds and other in speeds:
@@ -431,6 +429,7 @@ class WorkQueue:
                                                                            so_far[w.instance_id][1]))
                 for w in self.handed[replica] if w.instance_id in ids and w.instance_id in self.held[replica]]
         for w in back:
+            self.done_cost[replica] += self._ran(w)  # its speed counts what it ran of it
             del self.held[replica][w.instance_id]
             self.since.pop(w.instance_id, None)
             self.generated.pop(w.instance_id, None)
@@ -485,10 +484,17 @@ class WorkQueue:
             else:
                 units.append(unit)
 
-    def _speeds(self, now: float) -> dict[int, float] | None:
-        """Each active replica's cost finished per second in its current life; None until every one has finished
-        something."""
-        speeds = {k: self.done_cost[k] / (now - self.first_ask[k]) for k in self.active
+    def _speeds(self, now: float, ran: bool = True) -> dict[int, float] | None:
+        """Each active replica's cost run per second in its current life; None until every one has finished
+        something. Cost run: the prompts it finished and, by its engine's progress, what it ran of those it holds
+        or gave back (`_ran`). By finished cost alone a replica's first batch counts for nothing until its prompts
+        finish, and what it gave back never: a benchmark run's slow replica measured 19 a second at 54 s (one
+        prompt finished of eight prefilled), which put the pool's end at 267 s (it ended at 168 s) so that its
+        long answers were asked back only at 95 s, and after moves its share kept it at two or three prompts
+        while the fast replica took the long answers left in the queue, and it ran out 21 s before the end.
+        `ran=False`: the cost finished alone (what "clearly faster" goes by, `_clearly_faster`)."""
+        speeds = {k: (self.done_cost[k] + (self._ran_held(k) if ran else 0)) / (now - self.first_ask[k])
+                  for k in self.active
                   if k in self.first_ask and now > self.first_ask[k] and self.done_cost[k] > 0}
         return speeds if self.active and len(speeds) == len(self.active) else None
 
