@@ -352,9 +352,10 @@ class WorkQueue:
         """What `replica`'s engine ran of the prompts it holds (`_ran`)."""
         return sum(self._ran(w) for w in self.held[replica].values())
 
-    def _ran(self, work: Work) -> int:
-        """How much of a held prompt's cost its engine ran: its prompt once it generated a token, and its tokens."""
-        generated = self.generated.get(work.instance_id, (0, 0.0))[0]
+    def _ran(self, work: Work, generated: int = 0) -> int:
+        """How much of a held prompt's cost its engine ran: its prompt once it generated a token, and its tokens
+        (`generated`, else as last reported)."""
+        generated = generated or self.generated.get(work.instance_id, (0, 0.0))[0]
         return work.cost - work.budget + min(generated, work.budget) if generated else 0
 
     def report(self, answers: Mapping[int, Mapping[str, int]], now: float | None = None) -> None:
@@ -429,7 +430,7 @@ class WorkQueue:
                                                                            so_far[w.instance_id][1]))
                 for w in self.handed[replica] if w.instance_id in ids and w.instance_id in self.held[replica]]
         for w in back:
-            self.done_cost[replica] += self._ran(w)  # its speed counts what it ran of it
+            self.done_cost[replica] += self._ran(w, len(so_far[w.instance_id][0]))  # its speed counts what it ran
             del self.held[replica][w.instance_id]
             self.since.pop(w.instance_id, None)
             self.generated.pop(w.instance_id, None)

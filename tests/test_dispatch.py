@@ -424,6 +424,21 @@ def test_the_pools_end_counts_what_the_engines_ran_not_only_what_finished():
         assert queue.reclaims() == ({1: ["i0001"]} if t == 24 else {}), t
 
 
+def test_a_replicas_speed_counts_what_its_engine_ran():
+    """Prompts of 200 (100 of them the budget). By t=20 replica 0 finished one; replica 1 finished none, but gave
+    i0002 back 20 tokens in (120 run) and holds i0003, 10 tokens in (110 run). For its share and the pool's
+    projected end replica 1 ran 11.5 a second, against 10; "clearly faster" goes by what was finished (and given
+    back): 6."""
+    queue = WorkQueue([Work(f"i{k:04d}", f"c{k:04d}", 200, "s", budget=100) for k in range(8)], 2)
+    assert [w.instance_id for w in queue.take(0, 2, now=0.0)] == ["i0000", "i0001"]
+    assert [w.instance_id for w in queue.take(1, 2, now=0.0)] == ["i0002", "i0003"]
+    queue.take(0, 1, finished=["i0000"], now=10.0)
+    queue.report({1: {"i0002": 5, "i0003": 10}}, now=15.0)
+    queue.take(1, 1, given_back={"i0002": (tuple(range(20)), "so far")}, now=20.0)
+    assert queue.events()[-1]["speeds"] == {0: 10.0, 1: 11.5}
+    assert queue._speeds(20.0, ran=False) == {0: 10.0, 1: 6.0}
+
+
 @pytest.mark.parametrize(("generated", "moves"), [(15, True), (98, False)])
 def test_the_engines_progress_tells_which_answer_is_near_its_end(generated: int, moves: bool) -> None:
     """Replica 1 generates a token a second per answer, replica 0 twenty (from the progress each reports). At t=21
