@@ -302,7 +302,7 @@ class WorkQueue:
         (`Work.resumed`), and moves only once: a run of the benchmark sent contexts from the fast replica to the
         slow one and back, on estimates of prompts past their time."""
         rate = self._prompt_speed(replica)
-        if rate is None:
+        if rate is None or self._moving() >= len(self.active) - 1:
             return 0
         speeds = self._speeds(now, ran=False) or {}
         last: tuple[float, list[Work], int] | None = None  # (when it would finish, context, its replica)
@@ -357,6 +357,16 @@ class WorkQueue:
         (`generated`, else as last reported)."""
         generated = generated or self.generated.get(work.instance_id, (0, 0.0))[0]
         return work.cost - work.budget + min(generated, work.budget) if generated else 0
+
+    def _moving(self) -> int:
+        """Contexts on their way between replicas: asked back and not yet given back, or given back and not yet
+        taken. At most one per replica but one at a time (`_ask_back`): each ask then weighs where the pool is
+        after the last move. Asked back a context a second by the driver's reports, a benchmark run's slow
+        replica gave back seven of its eight long answers at once; the fast replica, full, could start them only
+        as its slots freed, over the next 27 s, and ran the last two 20 s after the slow one had run out."""
+        asked = {self.held[k][i].context_id or i for k, ids in self.asked_back.items() for i in ids
+                 if i in self.held[k]}
+        return len(self.moved) + len(asked)
 
     def report(self, answers: Mapping[int, Mapping[str, int]], now: float | None = None) -> None:
         """Each replica's progress between its asks (tokens generated so far per prompt held; `take`'s

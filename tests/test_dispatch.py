@@ -312,12 +312,14 @@ def test_a_slow_replica_gives_the_context_it_would_finish_last_to_a_free_one_tha
     queue = _one_asked_back()
     assert queue.reclaims() == {1: ["i0002", "i0003"]}  # c0001, whole
     assert queue.take(0, 4, now=22.0) == []  # still on the slow replica: nothing to take yet
-    assert queue.reclaims() == {1: ["i0002", "i0003", "i0001"]}  # c0001 once; i0001, past its time now, too
-    # i0001 finished before the ask reached the engine; the rest is given back, and not to the one that gave it
-    assert queue.take(1, 2, finished=["i0001"], given_back=["i0002", "i0003"], now=23.0) == []
+    assert queue.reclaims() == {1: ["i0002", "i0003"]}  # one context on its way at a time (`_moving`)
+    # given back, and not to the one that gave it
+    assert queue.take(1, 2, given_back=["i0002", "i0003"], now=23.0) == []
     assert [w.instance_id for w in queue.take(0, 4, now=23.0)] == ["i0002", "i0003"]
+    assert queue.take(0, 1, now=23.5) == [] and queue.reclaims() == {1: ["i0001"]}  # then i0001, past its time
+    # i0001 finished before the ask reached the engine: finished, not given back
+    assert queue.take(1, 1, finished=["i0001"], now=24.0) == []  # it might still take work back: it waits
     assert queue.reclaims() == {}
-    assert queue.take(1, 1, now=30.0) == []  # it might still take work back: it waits
     assert queue.take(0, 1, finished=["i0002", "i0003"], now=31.0) is None
     assert queue.take(1, 1, now=32.0) is None
 
