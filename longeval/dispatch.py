@@ -360,8 +360,8 @@ class WorkQueue:
 
     def _moving(self) -> int:
         """Contexts on their way between replicas: asked back and not yet given back, or given back and not yet
-        taken. At most one per replica but one at a time (`_ask_back`): each ask then weighs where the pool is
-        after the last move. Asked back a context a second by the driver's reports, a benchmark run's slow
+        taken. `_ask_back` keeps them below the active replicas (one at a time, for two), so each ask weighs the
+        pool after the last move. Asked back a context a second by the driver's reports, a benchmark run's slow
         replica gave back seven of its eight long answers at once; the fast replica, full, could start them only
         as its slots freed, over the next 27 s, and ran the last two 20 s after the slow one had run out."""
         asked = {self.held[k][i].context_id or i for k, ids in self.asked_back.items() for i in ids
