@@ -126,7 +126,7 @@ class WorkQueue:
     The queue also keeps a replica from hoarding: a replica may hold at most its fair share of the cost not yet
     finished unless it holds nothing. Without that, the first engine to come up would take every prompt of a
     small pool into its own batches before the others asked. The share follows the replicas' measured speeds
-    (cost finished per second since each first asked) once every active replica has finished something, else it
+    (cost run per second since each first asked, `_speeds`) once every active replica has finished something, else it
     is an even split: near the end a slower replica then holds less, and finishes when the others do, instead of
     holding half of what is left at half the speed.
 
