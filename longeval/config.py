@@ -43,7 +43,7 @@ class Dispatch(StrEnum):
     """One work queue per pool; each replica takes the next context whenever its engine has a free slot, so a
     slow or restarted replica leaves no other idle. Placement depends on timing."""
     static = "static"
-    """Each replica gets a fixed list up front (token costs balanced, contexts whole): the same rows always run
+    """Each replica gets a fixed list up front (costs balanced, contexts whole): the same rows always run
     on the same replica in the same order, for runs that need fixed placement."""
 
 

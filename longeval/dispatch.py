@@ -6,7 +6,8 @@ a `context_group`) must reach the same replica, next to each other, so vLLM's pr
 shared context once instead of once per replica.
 
 So the unit of assignment is a context: all prompts with one `context_id`. Contexts go to replicas by
-longest-processing-time-first on their token cost (prompt + output budget), the classic greedy that lands
+longest-processing-time-first on their cost (prompt tokens + output budget, an output token counted as
+`OUTPUT_WEIGHT` prompt tokens: `cost_of`), the classic greedy that lands
 within 4/3 of the best split, ties broken by replica number. Within a replica, prompts keep the order they
 came in (the run's schedule), with each context's prompts moved together at its first appearance.
 
@@ -33,7 +34,7 @@ from dataclasses import dataclass, replace
 
 @dataclass(frozen=True, slots=True)
 class Work:
-    """One prompt to place: its id, its context, its cost in tokens, and the shard it is stored in."""
+    """One prompt to place: its id, its context, its cost (`cost_of`), and the shard it is stored in."""
 
     instance_id: str
     context_id: str
@@ -44,6 +45,33 @@ class Work:
     the replica that takes it continues from there."""
     budget: int = 0
     """Its output budget (max new tokens), part of `cost`: what is left of it tells how long it may still run."""
+    weight: int = 1
+    """What each token of `budget` counts in `cost`, in prompt tokens (`OUTPUT_WEIGHT` from `cost_of`)."""
+
+    @property
+    def prompt_cost(self) -> int:
+        """The part of `cost` that is its prompt (a prefill)."""
+        return self.cost - self.weight * self.budget
+
+    @property
+    def tokens(self) -> int:
+        """Prompt and output budget in tokens: how much KV cache and how many bytes it may take."""
+        return self.prompt_cost + self.budget
+
+
+OUTPUT_WEIGHT = 8
+"""How many prompt tokens one output token counts as in a prompt's cost (`cost_of`). An engine prefills a prompt's
+tokens many to a step but generates one token per answer per step: on this project's 2-core machine a replica
+prefilled about 320 prompt tokens a second and generated about 48 (8 answers at 6 a second), and by the roofline
+(`longeval.cost`) an 8B model on an A100 spends 4 (4K prompts, full batch) to 37 (128K) times as long on an output
+token as on a prompt token. Counted as one, every prompt of `benchmarks/dispatch.py` (1K, budgets 16 to 512) cost
+about 1,024, longest-first went shard by shard, and whether the slowed replica started on all the 512-token answers
+was chance (every run that missed its target did)."""
+
+
+def cost_of(prompt_tokens: int, budget: int) -> int:
+    """A prompt's cost for placing it: its tokens, each output token counted `OUTPUT_WEIGHT` times."""
+    return prompt_tokens + OUTPUT_WEIGHT * budget
 
 
 def group_by_context(rows: Sequence[Work]) -> list[list[Work]]:
@@ -65,7 +93,7 @@ def reads(rows: Sequence[Work]) -> list[tuple[str, str, int]]:
 
 
 def assign(rows: Sequence[Work], replicas: int) -> list[list[Work]]:
-    """Each replica's prompts, in engine order: contexts kept whole, token cost balanced.
+    """Each replica's prompts, in engine order: contexts kept whole, cost (`cost_of`) balanced.
 
     Returns `replicas` lists (some empty only when there are fewer contexts than replicas).
     """
@@ -124,9 +152,11 @@ class WorkQueue:
     the shared context once.
 
     The queue also keeps a replica from hoarding: a replica may hold at most its fair share of the cost not yet
-    finished unless it holds nothing. Without that, the first engine to come up would take every prompt of a
+    run unless it holds nothing (what its engine ran of a prompt it holds, by its progress, no longer counts: a
+    slow replica whose last prompts were nearly done counted them whole, took nothing more, and ran out 17 s
+    before the fast one in a benchmark run). Without that, the first engine to come up would take every prompt of a
     small pool into its own batches before the others asked. The share follows the replicas' measured speeds
-    (cost run per second since each first asked, `_speeds`) once every active replica has finished something, else it
+    (cost run per second since each first asked, `_speeds`) once every active replica has run something, else it
     is an even split: near the end a slower replica then holds less, and finishes when the others do, instead of
     holding half of what is left at half the speed.
 
@@ -227,11 +257,12 @@ class WorkQueue:
         speeds = self._speeds(now)
         share = self._share(replica, speeds)
         out = self._moved_to(replica, room, now)
+        unrun = self._unrun(replica)
         while self.queue and (not out or len(out) < room):
             at = self._pick(replica)
             unit = self.queue[at]
             cost = sum(w.cost for w in unit)
-            if held and self.held_cost[replica] + cost > share:
+            if held and unrun + cost > share:
                 break
             if not held and self._sooner_elsewhere(replica, cost, speeds):
                 break
@@ -240,6 +271,7 @@ class WorkQueue:
                 units = self.waiting[shard]
                 del units[next(i for i, u in enumerate(units) if u is unit)]
             self._hand(replica, unit, now)
+            unrun += cost
             out += unit
         event = {"t": round(now - self.started, 3), "replica": replica, "finished": reported,
                  "took": len(out), "took_cost": sum(w.cost for w in out), "held_cost": self.held_cost[replica],
@@ -300,26 +332,32 @@ class WorkQueue:
         prefill of prompt and answer so far at its prompt speed (which errs long), then the rest at its decode
         rate; from scratch at its prompt speed until it reported progress. A context moved keeps its answers so far
         (`Work.resumed`), and moves only once: a run of the benchmark sent contexts from the fast replica to the
-        slow one and back, on estimates of prompts past their time."""
+        slow one and back, on estimates of prompts past their time. Nor does a context move that would finish
+        where it is before `replica`'s own longest answer (`_answer_left`): the pool ends no sooner for it, and in
+        a benchmark run the slow replica gave back its last short prompts one by one, then sat idle for 21 s while
+        the fast one, full of long answers, ran them."""
         rate = self._prompt_speed(replica)
         if rate is None or self._moving() >= len(self.active) - 1:
             return 0
-        speeds = self._speeds(now, ran=False) or {}
+        finished, ran = self._speeds(now, ran=False) or {}, self._speeds(now) or {}
         last: tuple[float, list[Work], int] | None = None  # (when it would finish, context, its replica)
         for k in self.active - {replica}:
             their = self._prompt_speed(k)
             held, asked = self.held[k], self.asked_back[k]
-            if their is None or not held or not self._clearly_faster(replica, k, speeds, rate, their):
+            if not held or not self._clearly_faster(replica, k, finished, ran, rate, their):
                 continue
             for unit in group_by_context([w for w in self.handed[k] if w.instance_id in held
                                           and w.instance_id not in asked and w.instance_id not in self.moved_ids]):
-                since = min(self.since[w.instance_id] for w in unit)
-                due = since + sum(w.cost for w in unit) / their
-                if due < now:  # overdue (a longer answer than that replica's average): as long again
-                    due = now + (now - since)
                 left = [self._left(w, k) for w in unit]
-                if None not in left:  # its engine's progress tells better
+                if None not in left:  # its engine's progress tells
                     due = now + max(left)
+                elif their is None:  # neither a prompt finished there nor progress: no estimate
+                    continue
+                else:
+                    since = min(self.since[w.instance_id] for w in unit)
+                    due = since + sum(w.cost for w in unit) / their
+                    if due < now:  # overdue (a longer answer than that replica's average): as long again
+                        due = now + (now - since)
                 if last is None or due > last[0]:
                     last = (due, unit, k)
         if last is None:
@@ -329,8 +367,8 @@ class WorkQueue:
         if None not in left:  # a prefill of prompt and answer so far (at its prompt speed, which errs long), then
             # the rest of each answer at this replica's decode rate
             generated = sum(self.generated.get(w.instance_id, (0, 0.0))[0] for w in last[1])
-            mine = now + (sum(w.cost - w.budget for w in last[1]) + generated) / rate + max(left)
-        if mine >= last[0] or (by is not None and last[0] <= by):
+            mine = now + (sum(w.prompt_cost for w in last[1]) + generated) / rate + max(left)
+        if mine >= last[0] or (by is not None and last[0] <= by) or last[0] <= now + self._answer_left(replica):
             return 0
         self.asked_back[last[2]].update((w.instance_id, None) for w in last[1])
         self.moved_ids.update(w.instance_id for w in last[1])
@@ -345,8 +383,12 @@ class WorkQueue:
 
     def _projected_end(self, now: float, speeds: dict[int, float]) -> float:
         """When the pool would end were the cost it has not run split by speed (`_speeds`)."""
-        unfinished = self.queued_cost + sum(self.held_cost[k] - self._ran_held(k) for k in self.active)
+        unfinished = self.queued_cost + sum(self._unrun(k) for k in self.active)
         return now + max(0.0, unfinished) / sum(speeds.values())
+
+    def _unrun(self, replica: int) -> int:
+        """What `replica`'s engine has still to run of the prompts it holds (their cost less `_ran_held`)."""
+        return self.held_cost[replica] - self._ran_held(replica)
 
     def _ran_held(self, replica: int) -> int:
         """What `replica`'s engine ran of the prompts it holds (`_ran`)."""
@@ -356,7 +398,7 @@ class WorkQueue:
         """How much of a held prompt's cost its engine ran: its prompt once it generated a token, and its tokens
         (`generated`, else as last reported)."""
         generated = generated or self.generated.get(work.instance_id, (0, 0.0))[0]
-        return work.cost - work.budget + min(generated, work.budget) if generated else 0
+        return work.prompt_cost + work.weight * min(generated, work.budget) if generated else 0
 
     def _moving(self) -> int:
         """Contexts on their way between replicas: asked back and not yet given back, or given back and not yet
@@ -376,7 +418,6 @@ class WorkQueue:
         asked, they waited for its next prompt to finish (6 s in a benchmark run), and meanwhile the slow one took
         four new prompts, whose prefill kept it from giving back for 33 s."""
         now = time.monotonic() if now is None else now
-        self.started = now if self.started is None else self.started
         for replica, progress in answers.items():
             if replica in self.active:
                 self._progress(replica, progress, now)
@@ -414,16 +455,21 @@ class WorkQueue:
         return self._prompt_speed(replica) is not None and any(
             self.held[k] for k in self.active if k != replica)
 
-    def _clearly_faster(self, replica: int, other: int, speeds: dict[int, float], rate: float, their: float) -> bool:
+    def _clearly_faster(self, replica: int, other: int, finished: dict[int, float], ran: dict[int, float],
+                        rate: float, their: float | None) -> bool:
         """Whether `replica` runs `MOVE_SPEEDUP` times as fast as `other`: by the cost each finished per second
-        (`_speeds(ran=False)`: a prefill counts as much cost as an answer's tokens but takes far less time, so by
-        cost run a replica that prefilled its batch looks as fast as one that finished it) once both finished
-        something, else by prompt speed (`rate`, `their`). Not by how fast answers
+        (`_speeds(ran=False)`: by cost run, a replica that prefilled its batch counts those prompts' prefills at
+        once) once every replica finished something; before `other` finished anything, by the cost each ran
+        (`_speeds()`), so a slow replica's first batch can move while there is time (it finished its first prompt
+        at 55-58 s in benchmark runs, and the long answers that then moved ended the pool 15-20 s after it ran
+        out); else by prompt speed (`rate`, `their`). Not by how fast answers
         grow (`decode`): that follows what else shares a step, and two replicas of one speed measured 2.5 and 0.6
         tokens a second per answer in a benchmark run (prefills in one engine's steps), and traded work."""
-        if replica in speeds and other in speeds:
-            return speeds[replica] >= MOVE_SPEEDUP * speeds[other]
-        return rate >= MOVE_SPEEDUP * their
+        if replica in finished and other in finished:
+            return finished[replica] >= MOVE_SPEEDUP * finished[other]
+        if replica in ran and other in ran and their is None:
+            return ran[replica] >= MOVE_SPEEDUP * ran[other]
+        return their is not None and rate >= MOVE_SPEEDUP * their
 
     def _prompt_speed(self, replica: int) -> float | None:
         """Cost per second of a prompt on `replica` (`latency`); None until it finished one."""
@@ -496,7 +542,7 @@ class WorkQueue:
                 units.append(unit)
 
     def _speeds(self, now: float, ran: bool = True) -> dict[int, float] | None:
-        """Each active replica's cost run per second in its current life; None until every one has finished
+        """Each active replica's cost run per second in its current life; None until every one has run
         something. Cost run: the prompts it finished and, by its engine's progress, what it ran of those it holds
         or gave back (`_ran`). By finished cost alone a replica's first batch counts for nothing until its prompts
         finish, and what it gave back never: a benchmark run's slow replica measured 19 a second at 54 s (one
@@ -504,16 +550,21 @@ class WorkQueue:
         long answers were asked back only at 95 s, and after moves its share kept it at two or three prompts
         while the fast replica took the long answers left in the queue, and it ran out 21 s before the end.
         `ran=False`: the cost finished alone (what "clearly faster" goes by, `_clearly_faster`)."""
-        speeds = {k: (self.done_cost[k] + (self._ran_held(k) if ran else 0)) / (now - self.first_ask[k])
-                  for k in self.active
-                  if k in self.first_ask and now > self.first_ask[k] and self.done_cost[k] > 0}
+        cost_run = {k: self.done_cost[k] + (self._ran_held(k) if ran else 0) for k in self.active}
+        speeds = {k: cost_run[k] / (now - self.first_ask[k]) for k in self.active
+                  if k in self.first_ask and now > self.first_ask[k] and cost_run[k] > 0}
         return speeds if self.active and len(speeds) == len(self.active) else None
 
     def _share(self, replica: int, speeds: dict[int, float] | None) -> float:
-        """The cost `replica` may hold: the unfinished cost split by measured speed, or evenly."""
-        unfinished = self.queued_cost + sum(self.held_cost.values())
+        """The cost `replica` may hold and not have run: the cost not yet run split by measured speed, or evenly;
+        by speed, at least what it runs while another replica's longest answer runs out (`_longest_left`): the
+        pool ends no sooner. Split by speed alone, a benchmark run's slow replica ran out of short prompts 17 s
+        before the fast one's last 512-token answers ended, which the short prompts the fast one took in its
+        stead had slowed (each prefill stalls its engine's decoding)."""
+        unfinished = self.queued_cost + sum(self._unrun(k) for k in self.active)
         if speeds and replica in speeds:
-            return unfinished * speeds[replica] / sum(speeds.values())
+            return max(unfinished * speeds[replica] / sum(speeds.values()),
+                       speeds[replica] * self._longest_left(replica, speeds))
         return unfinished / max(1, len(self.active))
 
     def _sooner_elsewhere(self, replica: int, cost: int, speeds: dict[int, float] | None) -> bool:
@@ -523,8 +574,20 @@ class WorkQueue:
         if not speeds or replica not in speeds or len(speeds) < 2:
             return False
         others = sum(speed for k, speed in speeds.items() if k != replica)
-        rest = self.queued_cost + sum(held for k, held in self.held_cost.items() if k != replica)
-        return cost / speeds[replica] > rest / others
+        rest = self.queued_cost + sum(self._unrun(k) for k in self.active if k != replica)
+        return cost / speeds[replica] > max(rest / others, self._longest_left(replica, speeds))
+
+    def _longest_left(self, replica: int, speeds: dict[int, float]) -> float:
+        """Seconds the longest answer a replica at least as fast as `replica` holds has still to run there, by its
+        budget left and that replica's decode rate (`_left`; 0 until known). Not a slower replica's: what would
+        end late there moves (`_ask_back`)."""
+        return max((self._answer_left(k) for k in self.active - {replica} if speeds.get(k, 0.0) >= speeds[replica]),
+                   default=0.0)
+
+    def _answer_left(self, replica: int) -> float:
+        """Seconds the longest answer `replica` holds has still to run (`_left`; 0 until known)."""
+        return max((left for w in self.held[replica].values() if (left := self._left(w, replica)) is not None),
+                   default=0.0)
 
     def give_back(self, replica: int, done: set[str], requeue: bool = True) -> tuple[list[Work], int]:
         """A replica died: what it took in this life and did not finish (`done`: the ids committed) goes back to

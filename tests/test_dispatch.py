@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -86,9 +88,12 @@ def test_assignment_is_a_partition_and_does_not_depend_on_anything_but_the_rows(
 # -- the dynamic queue ------------------------------------------------------------------------------------------
 
 
-def _simulate(rows: list[Work], speeds: list[float], slots: int) -> tuple[list[float], dict[str, int]]:
+def _simulate(rows: list[Work], speeds: list[float], slots: int, seconds: Callable[[Work], float] | None = None
+              ) -> tuple[list[float], dict[str, int]]:
     """Replicas of the given speeds (cost units per second per slot) pulling from one WorkQueue, each running at
-    most `slots` prompts at once; returns each replica's busy-until time and which replica ran each prompt."""
+    most `slots` prompts at once; returns each replica's busy-until time and which replica ran each prompt.
+    `seconds`: what a prompt takes at speed 1, when not its cost."""
+    seconds = seconds or (lambda w: w.cost)
     queue = WorkQueue(rows, len(speeds))
     running: list[list[tuple[float, Work]]] = [[] for _ in speeds]  # (finish time, work)
     clock, busy_until, ran_on = 0.0, [0.0] * len(speeds), {}
@@ -101,7 +106,7 @@ def _simulate(rows: list[Work], speeds: list[float], slots: int) -> tuple[list[f
                 if not got:
                     break
                 for w in got:
-                    running[k].append((clock + w.cost / speeds[k], w))
+                    running[k].append((clock + seconds(w) / speeds[k], w))
                     ran_on[w.instance_id] = k
         pending = [t for r in running for t, _ in r]
         if not pending:
@@ -188,6 +193,38 @@ def test_a_slow_replica_leaves_the_fast_one_almost_no_idle_time():
     # the static split leaves the fast replica idle a quarter of the time
     static = [sum(w.cost for w in a) / s / 8 for a, s in zip(assign(rows, 2), [1.0, 0.5], strict=True)]
     assert sum(max(static) - b for b in static) / (2 * max(static)) > 0.2
+
+
+def _one_task_a_shard(weight: int) -> list[Work]:
+    """The benchmark's workload (benchmarks/dispatch.py): six tasks of 8 prompts at 1K, each task's prompts in a
+    shard of its own, output budgets 16..512 (RULER's length counts the budget: prompt = 1024 - budget)."""
+    return [Work(f"t{t}-{k}", f"t{t}-{k}", 1024 - budget + weight * budget, f"task{t}", budget=budget, weight=weight)
+            for t, budget in enumerate([16, 32, 64, 128, 256, 512]) for k in range(8)]
+
+
+def test_output_tokens_weigh_more_than_prompt_tokens_so_long_answers_go_first_to_every_replica():
+    """An engine prefills many prompt tokens a step and generates one token per answer a step. With both counted
+    alike every prompt here cost about 1,024: the order was shard by shard, and the slow replica's first batch (taken
+    before any speed is known) was all 512-token answers, its fast peer ran the rest and sat idle a third of the
+    time. Weighed as `cost_of` does, the long answers go out first to both replicas."""
+    rows = _one_task_a_shard(dispatch.OUTPUT_WEIGHT)
+    assert [w.cost for w in rows[::8]] == [dispatch.cost_of(1024 - b, b) for b in [16, 32, 64, 128, 256, 512]]
+    queue = WorkQueue(rows, 2)
+    firsts: list[list[int]] = [[], []]
+    for _ in range(8):  # two engines that came up together ask in turn
+        for k in (0, 1):
+            firsts[k] += [w.budget for w in queue.take(k, 1, now=0.0)]
+    assert all(sorted(first) == [256] * 4 + [512] * 4 for first in firsts), firsts
+
+    def seconds(w: Work) -> float:  # the simulated engines' truth: an output token takes 8 prompt tokens' time
+        return w.prompt_cost + 8 * w.budget
+
+    def idle(busy: list[float]) -> float:
+        return sum(max(busy) - b for b in busy) / (len(busy) * max(busy))
+
+    weighed, _ = _simulate(rows, [1.0, 0.5], slots=8, seconds=seconds)
+    alike, _ = _simulate(_one_task_a_shard(1), [1.0, 0.5], slots=8, seconds=seconds)
+    assert idle(weighed) <= 0.05 and idle(alike) > 0.15, (weighed, alike)
 
 
 def test_a_dead_replicas_unfinished_work_goes_back_to_the_front_for_any_replica():
@@ -388,23 +425,23 @@ def test_a_context_that_would_end_the_pool_late_is_asked_back_while_work_is_stil
 
 
 def test_the_drivers_report_asks_early_between_the_faster_replicas_asks():
-    """Replica 0 runs a prompt every 5 s; replica 1's answers grow half a token a second. At t=22 replica 0 is in
+    """Replica 0 runs a prompt every 5 s; replica 1's answers grow half a token a second. At t=7 replica 0 is in
     the middle of a prompt and does not ask, but the driver's report of the replicas' progress, once a second,
-    asks for i0001 (89 tokens left: 178 s there, 5 s on replica 0) with work still queued. Made only on
-    replica 0's asks, the ask would wait for its next prompt to finish, while replica 1 might take new prompts
-    whose prefill holds up the give-back (33 s in a benchmark run)."""
+    asks for i0000 (98 tokens left: 196 s there, 5 s on replica 0) with work still queued, though replica 1 has
+    finished nothing yet: by cost run it is clearly slower (29 a second against 44). Made only on replica 0's
+    asks, the ask would wait for its next prompt to finish, while replica 1 might take new prompts whose prefill
+    holds up the give-back (33 s in a benchmark run); made only once replica 1 finished a prompt, it came at
+    55-58 s in benchmark runs, and the long answers that then moved ended the pool 15-20 s after it ran out."""
     queue = WorkQueue([Work(f"i{k:04d}", f"c{k:04d}", 200, "s", budget=100) for k in range(12)], 2)
     assert [w.instance_id for w in queue.take(1, 2, now=0.0)] == ["i0000", "i0001"]
     got = queue.take(0, 1, now=0.0)
-    for t in (5.0, 10.0, 15.0, 20.0):
-        got = queue.take(0, 1, finished=[got[0].instance_id], now=t)
-        queue.report({1: {"i0000": int(t / 2), "i0001": int(t / 2)}}, now=t)
-        assert queue.reclaims() == {}  # replica 1 has finished nothing: no speed to compare
-    assert queue.take(1, 1, finished=["i0000"], now=20.0) == []  # it holds its share (a fifth)
-    queue.report({1: {"i0001": 11}}, now=22.0)
-    assert queue.reclaims() == {1: ["i0001"]}
-    assert queue.events()[-1] == {"t": 22.0, "replica": 0, "report": True, "asked_back": 1, "queued": 5}
-    queue.report({1: {"i0001": 12}}, now=23.0)  # once
+    queue.report({0: {got[0].instance_id: 10}, 1: {"i0000": 1, "i0001": 1}}, now=2.0)
+    got = queue.take(0, 1, finished=[got[0].instance_id], now=5.0)
+    assert queue.reclaims() == {}  # 40 a second each by cost run
+    queue.report({0: {got[0].instance_id: 10}, 1: {"i0000": 3, "i0001": 3}}, now=7.0)
+    assert queue.reclaims() == {1: ["i0000"]}
+    assert queue.events()[-1] == {"t": 7.0, "replica": 0, "report": True, "asked_back": 1, "queued": 8}
+    queue.report({1: {"i0000": 4, "i0001": 4}}, now=8.0)  # once
     assert len([e for e in queue.events() if e.get("report")]) == 1
 
 
@@ -607,3 +644,56 @@ def test_giving_back_never_loses_or_repeats_a_prompt(contexts, speeds, slots):
     rows = [Work(f"i{c}-{j}", f"c{c}", cost, "s") for c, (n, cost) in enumerate(contexts) for j in range(n)]
     _, ran_on = _simulate_with_give_back(rows, speeds, slots, ahead=[0] * len(speeds))
     assert sorted(ran_on) == sorted(w.instance_id for w in rows)
+
+
+def test_a_slower_replica_may_hold_what_it_runs_while_a_faster_ones_longest_answer_runs_out():
+    """Replica 0 (twice as fast) holds a long answer with 90 tokens to go at a token a second: the pool ends no
+    sooner than t=100. Split by speed alone replica 1 could hold a third of what is left (two short prompts) and
+    would run out long before; it may hold what it runs by then."""
+    rows = [Work("long", "long", 200, "s", budget=100)] + [Work(f"s{k}", f"s{k}", 110, "s", budget=10)
+                                                          for k in range(10)]
+    queue = WorkQueue(rows, 2)
+    assert [w.instance_id for w in queue.take(0, 2, now=0.0)] == ["long", "s0"]
+    assert [w.instance_id for w in queue.take(1, 1, now=0.0)] == ["s1"]
+    queue.report({0: {"long": 1}}, now=1.0)
+    queue.report({0: {"long": 10}}, now=10.0)  # a token a second
+    assert [w.instance_id for w in queue.take(0, 1, finished=["s0"], now=10.0)] == ["s2"]  # 22 a second
+    # Replica 1 (11 a second) takes all seven left, 770 of cost (70 s) within the 90 s replica 0 still runs;
+    # by speed alone it would take two (a third of 970 not yet run).
+    assert len(queue.take(1, 8, finished=["s1"], now=10.0)) == 7
+
+
+def test_a_faster_replicas_share_does_not_grow_with_a_slower_ones_long_answers():
+    """The other way round: a slower replica's long answer would move (`_ask_back`), so it sets no floor; replica 0
+    keeps its share by speed (22 against 20.6 a second, of the 984 not yet run), four short prompts, not all eight
+    it would run while replica 1's long answer (95 tokens at 0.44 a second) runs out."""
+    rows = [Work("long", "long", 200, "s", budget=100)] + [Work(f"s{k}", f"s{k}", 110, "s", budget=10)
+                                                          for k in range(10)]
+    queue = WorkQueue(rows, 2)
+    assert [w.instance_id for w in queue.take(1, 2, now=0.0)] == ["long", "s0"]
+    assert [w.instance_id for w in queue.take(0, 1, now=0.0)] == ["s1"]
+    queue.report({1: {"long": 1}}, now=1.0)
+    assert [w.instance_id for w in queue.take(0, 1, finished=["s1"], now=5.0)] == ["s2"]
+    queue.report({1: {"long": 5, "s0": 1}}, now=10.0)
+    assert len(queue.take(0, 8, finished=["s2"], now=10.0)) == 4
+
+
+@pytest.mark.parametrize(("long_tokens", "moves"), [(4, False), (94, True)])
+def test_no_context_moves_that_would_finish_where_it_is_before_the_askers_own_longest_answer(
+        long_tokens: int, moves: bool) -> None:
+    """Replica 0 ran three short prompts in 6 s, then took a long answer; replica 1, far slower, has 8 tokens of
+    s0 to go at a token in 9 s (72 s). With the long answer at a token a second (96 s to go), moving s0 to replica
+    0 would end the pool no sooner and leave replica 1 idle: it stays. With the long answer nearly done, it moves."""
+    rows = [Work(f"s{k}", f"s{k}", 200, "s", budget=10) for k in range(4)] + [Work("long", "long", 150, "s",
+                                                                                      budget=100)]
+    queue = WorkQueue(rows, 2)
+    assert [w.instance_id for w in queue.take(1, 1, now=0.0)] == ["s0"]
+    assert [w.instance_id for w in queue.take(0, 1, now=0.0)] == ["s1"]
+    queue.report({1: {"s0": 1}}, now=1.0)
+    for t, done in ((2.0, "s1"), (4.0, "s2"), (6.0, "s3")):
+        queue.take(0, 1, finished=[done], now=t)
+    assert "long" in queue.held[0]
+    queue.report({0: {"long": 1}}, now=7.0)
+    queue.report({0: {"long": long_tokens}, 1: {"s0": 2}}, now=10.0)
+    assert queue.take(0, 1, now=10.0) == []
+    assert queue.reclaims() == ({1: ["s0"]} if moves else {})

@@ -36,7 +36,7 @@ from longeval import interrupt
 from longeval.asked import only_asked
 from longeval.compact import compact_predictions
 from longeval.config import Config, Dispatch
-from longeval.dispatch import OPEN_SHARDS, Work, WorkQueue, assign, group_by_context, reads
+from longeval.dispatch import OPEN_SHARDS, OUTPUT_WEIGHT, Work, WorkQueue, assign, cost_of, group_by_context, reads
 from longeval.engines import replica_engine_class
 from longeval.engines.openai_compat import ApiPredictor
 from longeval.engines.vllm_engine import Partial, Request
@@ -175,9 +175,10 @@ def schedule(todo: pa.Table) -> list[Work]:
         "group", "target_length", "shard_index", "index", "context_id", "task", "instance_id")]))
     shards: dict[tuple, str] = {}  # one string per shard, not per prompt
     budgets = rows["max_new_tokens"].to_pylist()
-    costs = pc.add(rows["input_tokens"], rows["max_new_tokens"]).to_pylist()
+    costs = [cost_of(n, budget) for n, budget in zip(rows["input_tokens"].to_pylist(), budgets, strict=True)]
     keys = zip(*(rows[c].to_pylist() for c in ("family", "task", "target_length", "seed", "shard_index")), strict=True)
-    return [Work(instance_id, context_id, int(cost), shards.setdefault(key, ShardName(*key).prefix), budget=budget)
+    return [Work(instance_id, context_id, cost, shards.setdefault(key, ShardName(*key).prefix), budget=budget,
+                 weight=OUTPUT_WEIGHT)
             for instance_id, context_id, cost, budget, key in zip(rows["instance_id"].to_pylist(),
                                                                   rows["context_id"].to_pylist(), costs, budgets, keys,
                                                                   strict=True)]
@@ -786,7 +787,7 @@ def _infer_vllm(cfg: Config, replicas: PoolReplicas, send: pa.Table, progress, *
     driver = _QueueDriver(cfg, replicas, rows) if cfg.cluster.dispatch == Dispatch.dynamic else \
         _StaticDriver(cfg, replicas, assign(rows, pool.replicas))
     driver.shards = pool_shards(replicas.engines.root, rows)
-    driver.group_bytes = prompt_group_bytes(max((sum(w.cost for w in c) for c in group_by_context(rows)), default=0))
+    driver.group_bytes = prompt_group_bytes(max((sum(w.tokens for w in c) for c in group_by_context(rows)), default=0))
     task_id = progress.add_task(f"infer {pool.name}", total=send.num_rows) if progress else None
     try:
         driver.start()
