@@ -646,13 +646,17 @@ def test_giving_back_never_loses_or_repeats_a_prompt(contexts, speeds, slots):
     assert sorted(ran_on) == sorted(w.instance_id for w in rows)
 
 
+def _one_long_answer_and_ten_short() -> list[Work]:
+    """A prompt of 100 tokens with a 100-token budget, first in the queue, then ten of 100 with 10-token budgets."""
+    return [Work("long", "long", 200, "s", budget=100)] + [Work(f"s{k}", f"s{k}", 110, "s", budget=10)
+                                                          for k in range(10)]
+
+
 def test_a_slower_replica_may_hold_what_it_runs_while_a_faster_ones_longest_answer_runs_out():
     """Replica 0 (twice as fast) holds a long answer with 90 tokens to go at a token a second: the pool ends no
     sooner than t=100. Split by speed alone replica 1 could hold a third of what is left (two short prompts) and
     would run out long before; it may hold what it runs by then."""
-    rows = [Work("long", "long", 200, "s", budget=100)] + [Work(f"s{k}", f"s{k}", 110, "s", budget=10)
-                                                          for k in range(10)]
-    queue = WorkQueue(rows, 2)
+    queue = WorkQueue(_one_long_answer_and_ten_short(), 2)
     assert [w.instance_id for w in queue.take(0, 2, now=0.0)] == ["long", "s0"]
     assert [w.instance_id for w in queue.take(1, 1, now=0.0)] == ["s1"]
     queue.report({0: {"long": 1}}, now=1.0)
@@ -667,9 +671,7 @@ def test_a_faster_replicas_share_does_not_grow_with_a_slower_ones_long_answers()
     """The other way round: a slower replica's long answer would move (`_ask_back`), so it sets no floor; replica 0
     keeps its share by speed (22 against 20.6 a second, of the 984 not yet run), four short prompts, not all eight
     it would run while replica 1's long answer (95 tokens at 0.44 a second) runs out."""
-    rows = [Work("long", "long", 200, "s", budget=100)] + [Work(f"s{k}", f"s{k}", 110, "s", budget=10)
-                                                          for k in range(10)]
-    queue = WorkQueue(rows, 2)
+    queue = WorkQueue(_one_long_answer_and_ten_short(), 2)
     assert [w.instance_id for w in queue.take(1, 2, now=0.0)] == ["long", "s0"]
     assert [w.instance_id for w in queue.take(0, 1, now=0.0)] == ["s1"]
     queue.report({1: {"long": 1}}, now=1.0)
