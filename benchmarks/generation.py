@@ -153,7 +153,7 @@ def startup_child(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     from longeval.tasks import get_task
     from longeval.tasks.base import GenContext
-    from longeval.tasks.ruler.niah import _haystack_stream
+    from longeval.tasks.ruler.niah import prepare_haystack
     from longeval.text.tokenizer import load_encoder
 
     t1 = time.perf_counter()
@@ -163,7 +163,7 @@ def startup_child(args: argparse.Namespace) -> None:
     ctx = GenContext(encoder=encoder)
     spec = get_task(args.startup_task)
     if getattr(spec.params, "haystack", None) in ("essay", "noise"):
-        _haystack_stream(ctx, spec.params)  # the essay stream (cached in ctx; the instance below reuses it)
+        prepare_haystack(ctx, spec.params)  # the essay stream (cached in ctx; the instance below reuses it)
     t3 = time.perf_counter()
     rec = one_instance(ctx, spec, args.startup_length, args.seed, 0)
     t4 = time.perf_counter()

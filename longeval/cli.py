@@ -133,29 +133,35 @@ def cmd_run(overrides: list[str], stages: tuple[str, ...]) -> int:
         _print_results(result)
         return _exit_code(result.consistency is not None and not result.consistency.complete)
     console.print(f"done: {result.root}")
-    return 0
+    check = result.consistency  # after `score` or `infer` (`pipeline._checked`): what they left partial, if anything
+    partial = check is not None and not (check.complete if "score" in stages else check.predictions_complete)
+    if partial:
+        console.print(f"[bold yellow]warning:[/] {escape(check.one_line(result.root))}", soft_wrap=True)
+    return _exit_code(partial)
 
 
 def cmd_check(overrides: list[str]) -> None:
-    """Load the overrides as `run` would, and nothing more: a batch script asks this before it brings up a Ray
-    cluster, so a mistyped task or suite fails in seconds instead of after the allocation's cluster start."""
+    """Load the overrides as `run` would and run every check that needs no data file, run root or Ray
+    (`plan.check_config`, as `plan` and `run` do): a batch script asks this before it brings up a Ray cluster, so a
+    mistyped task or suite, a length the model cannot read or a run name too long fails in seconds instead of after
+    the allocation's cluster start."""
     from longeval.config import load_config
+    from longeval.plan import check_config
 
     cfg = load_config(overrides)
+    check_config(cfg)
     console.print(f"config ok: model {cfg.model.name}, {len(cfg.suite.tasks)} tasks x {len(cfg.suite.lengths)} "
                   f"lengths x {cfg.suite.samples} samples -> {cfg.run_root}", soft_wrap=True)
 
 
 def cmd_plan(overrides: list[str]) -> None:
-    from longeval.capacity import check_runnable, find_model_arch, format_bytes, kv_cache_dtype_bytes, kv_cache_tokens
+    from longeval.capacity import find_model_arch, format_bytes, kv_cache_dtype_bytes, kv_cache_tokens
     from longeval.config import load_config
-    from longeval.plan import check_lengths, make_plan, size_pool, suite_seq_tokens
+    from longeval.plan import check_config, make_plan, size_pool, suite_seq_tokens
     from longeval.tasks import get_task
 
     cfg = load_config(overrides)
-    check_lengths(cfg)  # a length the model cannot read, or a model vLLM cannot load, is refused here as in a run
-    if cfg.model.engine == "vllm":
-        check_runnable(cfg.model)
+    check_config(cfg)  # a length the model cannot read, or a model vLLM cannot load, is refused here as in a run
     try:
         make_plan(cfg)
     except ConfigError as exc:  # planning needs no data files; the run will, so say so and go on
@@ -377,6 +383,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise ConfigError(f"give run roots ({' '.join(roots)}) or Hydra overrides ({' '.join(overrides)}), not both: "
                           "`longeval report RUN_ROOT ... -o report.html` or `longeval report suite=... [-o ...]`")
     code = 0
+    said = not roots  # the overrides' root: cmd_run prints its `warning: partial run` line with its tables
     if not roots:
         code = cmd_run(overrides, ("report",))
         if not args.output:
@@ -400,7 +407,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         else:
             console.print(f"compared {pair.b} with {pair.a}: {pair.comparison.matched.describe()}")
     for run in result.runs:
-        if run.problem:
+        if run.problem and not said:
             console.print(f"[bold yellow]warning:[/] {escape(run.problem)}", soft_wrap=True)
     extra = f", per-instance CSVs in {result.data_files[0].parent}" if result.data_files else ""
     console.print(f"report: {result.path} ({len(result.runs)} run(s){extra})")
@@ -475,7 +482,7 @@ def cmd_cache(args: argparse.Namespace) -> None:
     """`longeval cache prune`: the cache the overrides name (`store.root`, `store.instance_cache`), as a run's."""
     from longeval.capacity import format_bytes
     from longeval.config import load_config
-    from longeval.instance_cache import cache_uri, parse_age, parse_size, prune
+    from longeval.instance_cache import cache_uri, check_cache_location, parse_age, parse_size, prune
 
     older_than = parse_age(args.older_than) if args.older_than is not None else None
     max_bytes = parse_size(args.max_size) if args.max_size is not None else None
@@ -483,6 +490,7 @@ def cmd_cache(args: argparse.Namespace) -> None:
         raise ConfigError("longeval cache prune needs --older-than AGE (e.g. 30d), --max-size SIZE (e.g. 50GB), "
                           "or both")
     cfg = load_config(args.overrides)
+    check_cache_location(cfg.store.root, cfg.store.instance_cache)
     uri = cache_uri(cfg.store.root, cfg.store.instance_cache)
     _probe([uri])
     result = prune(uri, older_than_s=older_than, max_bytes=max_bytes, dry_run=args.dry_run)
@@ -512,9 +520,39 @@ def cmd_dashboards(args: argparse.Namespace) -> None:
 EXIT_CODES_HELP = ("exit codes: 0 done, results complete and current; 3 results partial (work left: one 'warning: "
                    "partial run' line says what); 2 error, stale scores included (one 'error:' line); 130 interrupted")
 """`longeval --help`'s epilog (README.md, Outputs; `consistency.EXIT_CODES`)."""
+STAGE_EXIT_CODES_HELP = {
+    "generate": "exit codes: 0 done, every planned instance shard written (whether the run's results are complete: "
+                "`longeval report`); 2 error (one 'error:' line); 130 interrupted",
+    "infer": "exit codes: 0 done, every planned instance has a final prediction (scoring them: `longeval score`); "
+             "3 some are left without one, e.g. engine errors (one 'warning: partial run' line says what; a rerun "
+             "retries them); 2 error (one 'error:' line); 130 interrupted",
+    "check": "exit codes: 0 the config passes every check that needs no data and no Ray; 2 error (one 'error:' "
+             "line); 130 interrupted",
+    "cache": "exit codes: 0 entries removed (or listed with --dry-run); 2 error, e.g. a cache that does not exist "
+             "(one 'error:' line); 130 interrupted",
+}
+"""The epilogs of the commands that make no results: what their exit codes say about their own work
+(`cmd_run`, `pipeline._checked`, `cmd_check`, `cmd_cache`); docs/operations.md ("Exit codes") has them all."""
 
 WRITES_A_RUN = frozenset({"run", "generate", "infer", "score"})
 """The commands that write shards and predictions to a run root, which a rerun of the same command resumes."""
+
+
+SIGNED_VALUE_OPTIONS = ("--older-than", "--max-size")
+"""Options whose value a user may mistype as negative (`cache prune --older-than -5d`)."""
+
+
+def attach_signed_values(argv: list[str]) -> list[str]:
+    """`--older-than -5d` as `--older-than=-5d`: argparse takes a value that starts with '-' and is not a plain
+    number for another option and answers only "expected one argument"; attached, it reaches the option's own
+    check, which says why a negative value makes no sense."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in SIGNED_VALUE_OPTIONS and arg[:2] in {f"-{d}" for d in "0123456789."}:
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
 
 
 def longeval_error(exc: BaseException) -> LongevalError | None:
@@ -528,13 +566,14 @@ def main(argv: list[str] | None = None) -> int:
     for name, help_text in (
         ("run", "generate, infer, score and report"),
         ("plan", "print the shards and pools a run would use, without running"),
-        ("check", "load the overrides as run would (a mistyped task or suite is an error) and run nothing"),
+        ("check", "load and check the overrides as run would (a mistyped task or suite, a length above "
+                  "max_model_len, a run name too long are errors) and run nothing"),
         ("generate", "write the instances only"),
         ("infer", "run the engine on instances without predictions"),
         ("score", "score the predictions"),
         ("report", "summarise the scores and print the results table; with run roots, write an HTML report"),
     ):
-        p = sub.add_parser(name, help=help_text, epilog=EXIT_CODES_HELP)
+        p = sub.add_parser(name, help=help_text, epilog=STAGE_EXIT_CODES_HELP.get(name, EXIT_CODES_HELP))
         p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. suite=ruler suite.lengths=[4096]")
         stages = ("generate", "infer", "score", "report") if name == "run" else (name,)
         p.set_defaults(func=lambda a, stages=stages: cmd_run(a.overrides, stages))
@@ -588,7 +627,8 @@ def main(argv: list[str] | None = None) -> int:
     data.add_argument("--url-list", help="essay URLs, one a line (default: RULER's PaulGrahamEssays_URLs.txt)")
     data.add_argument("--timeout", type=float, default=30.0, help="seconds per download")
     data.set_defaults(func=cmd_data)
-    cache = sub.add_parser("cache", help="instance cache: prune removes entries by age or total size")
+    cache = sub.add_parser("cache", help="instance cache: prune removes entries by age or total size",
+                           epilog=STAGE_EXIT_CODES_HELP["cache"])
     cache.add_argument("action", choices=["prune"])
     cache.add_argument("--older-than", metavar="AGE", help="remove entries not written or used for AGE, e.g. 30d, 12h")
     cache.add_argument("--max-size", metavar="SIZE", help="then remove the least recently used entries until the "
@@ -605,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
                             "default: every suite in conf/suite)")
     dashboards.add_argument("--report", action="store_true", help="also save a W&B report with the same views")
     dashboards.set_defaults(func=cmd_dashboards)
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(attach_signed_values(sys.argv[1:] if argv is None else argv))
     if extra and args.command in ("mrcr", "tail", "report", "cache") and not any(e.startswith("-") for e in extra):
         args.overrides += extra  # overrides may follow the options: `build-pool out --per-key 2 model=...`
     elif extra:

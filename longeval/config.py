@@ -299,6 +299,10 @@ class ClusterConfig:
     engine_restarts: int = 2
     """How often a replica whose engine died is started again on its unfinished prompts; after that they are
     recorded as engine errors (a rerun retries them)."""
+    metrics_export_port: int | None = None
+    """The port a private local Ray's metrics agent serves Prometheus metrics on, to scrape a run's Ray; None: a
+    free one Ray picks. One another process holds stops Ray's node from starting (the run's error names the holder).
+    Not used when joining a cluster: its `ray start --metrics-export-port` sets that one's."""
     placement_timeout_s: float = 600.0
     """How long a pool may wait for the cluster to place its replicas (an autoscaler may be adding nodes)."""
     generate_parallelism: int = 2
@@ -413,9 +417,23 @@ def suite_hash(suite: SuiteConfig) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:8]
 
 
+PACKAGED_CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
 def conf_dir() -> Path:
-    """The config tree: $LONGEVAL_CONF, else conf/ beside the package."""
-    return Path(os.environ.get("LONGEVAL_CONF", Path(__file__).resolve().parents[1] / "conf"))
+    """The config tree: $LONGEVAL_CONF, else conf/ beside the package. A LONGEVAL_CONF without a config.yaml is
+    refused by name: Hydra would call it a bad override, "Primary config directory not found"."""
+    given = os.environ.get("LONGEVAL_CONF")
+    if not given:
+        return PACKAGED_CONF
+    folder = Path(given).expanduser()
+    if not (folder / "config.yaml").is_file():
+        what = ("no such folder" if not folder.exists() else "not a folder" if not folder.is_dir()
+                else "a folder without config.yaml")
+        raise ConfigError(f"LONGEVAL_CONF={given}: {what} ({folder.resolve()}); point it at a config tree like "
+                          f"conf/ (config.yaml with model/, suite/, cluster/ ...), or unset it for the packaged "
+                          f"one ({PACKAGED_CONF})")
+    return folder
 
 
 def group_choices(group: str) -> list[str]:
@@ -718,18 +736,24 @@ def _hints(schema: Any) -> dict[str, Any]:
 def validate(raw: DictConfig | dict, *, preset_scopes: frozenset[str] = frozenset()) -> Config:
     """The config checked against the schema and its rules. `preset_scopes`: the `suite.params` scopes a config
     file set, not an override (those of tasks the suite does not run are dropped; the user's are checked)."""
+    cfg = conform(raw)
+    _resolve_defaults(cfg.suite)
+    _check(cfg, preset_scopes)
+    return cfg
+
+
+def conform(raw: DictConfig | dict) -> Config:
+    """The config checked against the schema alone (known keys, types, mandatory values), without the run rules
+    of `validate`: what a stored config.yaml must pass to be whole, however old (`provenance.stored_config`)."""
     schema = OmegaConf.structured(Config)
     _refuse_unknown_keys(raw, Config, "")
     try:
         merged = OmegaConf.merge(schema, raw)
-        cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
+        return OmegaConf.to_object(merged)  # type: ignore[return-value]
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None) or ""
         first = str(exc).splitlines()[0]
         raise ConfigError(_explain_type(exc) or f"config error at {key!r}: {first}") from exc
-    _resolve_defaults(cfg.suite)
-    _check(cfg, preset_scopes)
-    return cfg
 
 
 def _resolve_defaults(suite: SuiteConfig) -> None:
@@ -824,6 +848,10 @@ def _check(cfg: Config, preset_scopes: frozenset[str] = frozenset()) -> None:
         raise ConfigError(f"store.lease_heartbeat_s={cfg.store.lease_heartbeat_s} and store.lease_stale_s="
                           f"{cfg.store.lease_stale_s}: expected a heartbeat > 0 at most half the stale limit, e.g. "
                           "store.lease_heartbeat_s=30 store.lease_stale_s=300")
+    port = cfg.cluster.metrics_export_port
+    if port is not None and not 1024 <= port <= 65535:
+        raise ConfigError(f"cluster.metrics_export_port={port}: expected a port from 1024 to 65535, or null (a free "
+                          "one Ray picks)")
     if cfg.cluster.scorer_timeout_s <= 0:
         raise ConfigError(f"cluster.scorer_timeout_s={cfg.cluster.scorer_timeout_s}: expected seconds > 0, "
                           "e.g. cluster.scorer_timeout_s=30")

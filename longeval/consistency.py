@@ -97,6 +97,12 @@ class Consistency:
     def complete(self) -> bool:
         return self.state is State.CURRENT
 
+    @property
+    def predictions_complete(self) -> bool:
+        """Every planned instance shard written and every planned instance with a final prediction: what `infer`
+        alone must leave (scoring them is `score`'s work)."""
+        return self.shards_written >= self.shards_planned and self.predicted == self.instances
+
     def one_line(self, where: str) -> str:
         """What is stale, missing or partial about the run root `where` and what to run, in one line ("" when
         current)."""

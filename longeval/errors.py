@@ -19,6 +19,11 @@ class UnknownTaskError(ConfigError):
     """A task name that is not in the registry."""
 
 
+class RayStartError(LongevalError):
+    """A private local Ray did not start (its node timed out, a port it needs was taken): Ray says so with a
+    traceback that names neither the cause on this machine nor the fix."""
+
+
 class DataFileError(LongevalError):
     """A user-supplied data file is missing or not in the expected format."""
 

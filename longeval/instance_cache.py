@@ -217,6 +217,9 @@ _SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**1
 
 def parse_age(text: str) -> float:
     """Seconds in an age such as `30d`, `12h`, `90m`, `45s` or `2w`."""
+    if text.strip().startswith("-"):
+        raise ConfigError(f"--older-than {text!r} is negative: it is how long an entry has gone unused, so give a "
+                          f"positive age, e.g. --older-than {text.strip().lstrip('-') or '30d'}")
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text.lower())
     if match is None:
         raise ConfigError(f"--older-than {text!r} is not an age; give a number and a unit (s, m, h, d, w), "
@@ -226,11 +229,26 @@ def parse_age(text: str) -> float:
 
 def parse_size(text: str) -> int:
     """Bytes in a size such as `50GB`, `500MB`, `1.5TB` (powers of 1000), `2GiB` (powers of 1024) or `1000000`."""
+    if text.strip().startswith("-"):
+        raise ConfigError(f"--max-size {text!r} is negative: it is the most the cache may hold, so give a size of "
+                          "0 or more, e.g. --max-size 50GB (0 empties the cache)")
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", text.lower())
     if match is None or match.group(2) not in _SIZE_UNITS:
         raise ConfigError(f"--max-size {text!r} is not a size; give a number and a unit (B, KB, MB, GB, TB, or "
                           "KiB, MiB, GiB, TiB), e.g. --max-size 50GB")
     return int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
+
+
+def check_cache_location(store_root: str, configured: str | None) -> None:
+    """Refuse a local cache under a folder that does not exist: a mistyped `store.root` or `store.instance_cache`
+    would otherwise prune nothing and report `removed 0 entries` as if all were well. (An existing root without a
+    `_cache` yet is fine: no run there cached anything.)"""
+    key, value = ("store.instance_cache", configured) if configured else ("store.root", store_root)
+    folder = RunRoot(value).local_path()
+    if folder is not None and not folder.is_dir():
+        what = "no such folder" if not folder.exists() else "not a folder"
+        raise ConfigError(f"{key}={value}: {what} ({folder.resolve()}), so there is no instance cache to prune; "
+                          f"check the path (the {'cache folder' if configured else 'folder your runs write under'})")
 
 
 def cache_uri(store_root: str, configured: str | None) -> str:

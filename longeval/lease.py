@@ -19,6 +19,7 @@ own host whose process is gone is taken over at once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -218,7 +219,7 @@ def acquire(root: RunRoot, *, heartbeat_s: float, stale_s: float, take_over: boo
             log.warning("taking over the lease of %s from %s: %s", root.uri, top.describe(now), why)
         for other in claims:  # tidy: claims below the lease are history (all listed: later ones are above ours)
             root.delete(claim_name(other))
-        lease = Lease(root, mine, heartbeat_s=heartbeat_s)
+        lease = Lease(root, mine, heartbeat_s=heartbeat_s, first=not claims)
         lease.start()
         return lease
     raise StoreError(f"could not take the lease of {root.uri}: other processes kept claiming it "
@@ -228,12 +229,16 @@ def acquire(root: RunRoot, *, heartbeat_s: float, stale_s: float, take_over: boo
 class Lease:
     """A held lease: a thread renews its heartbeat every `heartbeat_s` until `release()`."""
 
-    def __init__(self, root: RunRoot, holder: Holder, *, heartbeat_s: float) -> None:
+    def __init__(self, root: RunRoot, holder: Holder, *, heartbeat_s: float, first: bool = False) -> None:
         self.root = RunRoot(root.uri)  # its own: the heartbeat thread shares no listing memory with the run's
         self.holder = holder
         self.heartbeat_s = heartbeat_s
+        self.first = first
+        """No claim was there before this one: no run had held the root's lease (`withdraw` may remove it)."""
         self.lost = False
         """Another process took the lease over (this one missed its stale limit)."""
+        self.withdrawn = False
+        """The claim was deleted (`withdraw`): nothing is left to release."""
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._beat, name="longeval-lease", daemon=True)
@@ -280,7 +285,7 @@ class Lease:
         is a warning: the lease then goes stale, or is taken over as a dead pid's."""
         self._stop.set()
         with self._lock:
-            if self.lost:
+            if self.lost or self.withdrawn:
                 return
             try:
                 if self._still_mine():
@@ -290,6 +295,29 @@ class Lease:
                 log.warning("cannot release the lease of %s (%s); the next run takes it over once it is stale",
                             self.root.uri, exc)
         self._thread.join(timeout=5)
+
+    def withdraw(self) -> None:
+        """Stop renewing and delete the claim, as if this run had never taken the lease: for a run refused before
+        it wrote anything, on a root whose lease it took first (`first`), so the root keeps no `_lease/` of a run
+        that never happened. A lease taken over from an earlier holder is released instead (`release`): its claim
+        numbers must keep growing. The `_lease` folder of a local root goes too when left empty."""
+        if not self.first:
+            return
+        self._stop.set()
+        with self._lock:
+            if self.lost or self.withdrawn:
+                return
+            try:
+                self.root.delete(claim_name(self.holder.generation))
+            except StoreError as exc:
+                log.warning("cannot remove the lease of %s (%s); it is released instead", self.root.uri, exc)
+                return
+            self.withdrawn = True
+        self._thread.join(timeout=5)
+        folder = self.root.local_path()
+        if folder is not None:
+            with contextlib.suppress(OSError):  # not empty: another run claimed it since
+                (folder / LEASE_DIR).rmdir()
 
     def __enter__(self) -> Lease:
         return self

@@ -10,9 +10,11 @@ served by engine replicas with one `max_model_len`.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -30,6 +32,7 @@ from longeval.capacity import (
 )
 from longeval.config import Config, ModelConfig
 from longeval.errors import ConfigError
+from longeval.files import Location
 from longeval.shards import ShardName
 from longeval.tasks import get_task, sampling
 
@@ -131,13 +134,11 @@ class Plan:
 def make_plan(cfg: Config, *, check_data: bool = True) -> Plan:
     """The run's shards and pools.
 
-    `check_data=False` skips the checks of data files, lengths and model (reading a finished run); before a run
-    they refuse a missing data file, a suite length above model.max_model_len and a model vLLM cannot load.
+    `check_data=False` skips the checks of data files and of the config (reading a finished run); before a run
+    they refuse a missing data file and whatever `check_config` refuses.
     """
     if check_data:
-        check_lengths(cfg)
-        if cfg.model.engine == "vllm":
-            check_runnable(cfg.model)
+        check_config(cfg)
     suite = cfg.suite
     data = suite.data
     shards: list[ShardSpec] = []
@@ -155,6 +156,49 @@ def make_plan(cfg: Config, *, check_data: bool = True) -> Plan:
                 shards.append(ShardSpec(spec.key, length, suite.seed, shard_index, start, stop,
                                         shuffled=bool(suite.shuffle), population=samples if suite.shuffle else 0))
     return Plan(shards=tuple(shards), pools=tuple(make_pools(cfg)))
+
+
+def check_config(cfg: Config) -> None:
+    """Every check of a loaded config that needs no data file, no run root and no Ray: the run folder's name, the
+    lengths against model.max_model_len and a model vLLM cannot load (rotary overrides included). `longeval check`,
+    `plan` and `run` (through `make_plan`) all call this one list, so `check` passes nothing `run` refuses for
+    the config alone."""
+    check_run_name(cfg)
+    check_lengths(cfg)
+    if cfg.model.engine == "vllm":
+        check_runnable(cfg.model)
+
+
+NAME_MAX = 255
+"""Bytes per file name on common filesystems (ext4, XFS, btrfs, APFS), when the filesystem does not say."""
+
+
+def check_run_name(cfg: Config) -> None:
+    """Refuse a run folder name longer than the filesystem under store.root allows per name: else the first write
+    fails with an `Errno 36` line that never names run_name. S3 has no such limit per name."""
+    location = Location(cfg.run_root)
+    if location.kind != "local":
+        return
+    folder = Path(location.base)
+    size, limit = len(folder.name.encode("utf-8")), name_max(folder.parent)
+    if size <= limit:
+        return
+    if cfg.run_name is not None:
+        raise ConfigError(f"run_name is {len(cfg.run_name)} characters; the filesystem allows {limit} bytes per name "
+                          f"(store.root {folder.parent}); shorten run_name")
+    raise ConfigError(f"the default run name (model.name, suite, seed and suite hash) is {size} bytes; the filesystem "
+                      f"allows {limit} bytes per name (store.root {folder.parent}); set a shorter run_name=...")
+
+
+def name_max(path: Path) -> int:
+    """The longest file name in bytes the filesystem holding `path` (or its nearest existing parent) allows."""
+    for folder in (path, *path.parents):
+        if folder.exists():
+            try:
+                return int(os.pathconf(folder, "PC_NAME_MAX"))
+            except (OSError, ValueError):
+                return NAME_MAX
+    return NAME_MAX
 
 
 def check_lengths(cfg: Config) -> None:

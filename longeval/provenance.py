@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import logging
 import platform
-from dataclasses import asdict
+import re
+from dataclasses import asdict, dataclass
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from longeval import __version__
-from longeval.config import ADAPTIVE_SHARD_SIZE, GROUP_SHARD_SIZE, SCHEDULE_BEFORE, Config, to_yaml
+from longeval.config import ADAPTIVE_SHARD_SIZE, GROUP_SHARD_SIZE, SCHEDULE_BEFORE, Config, conform, to_yaml
 from longeval.errors import ConfigError
 from longeval.plan import make_plan
 from longeval.store import RunRoot
@@ -36,6 +39,11 @@ COMPARED_SETTINGS = (*SUITE_SETTINGS, *PROMPT_SETTINGS)
 """The run settings two runs of different models (or machines) should share to compare instance by instance."""
 COMPARED_VERSIONS = ("tokenizer_fingerprint", "chat_template_fingerprint", "data_fingerprint")
 """Their `versions.json` fingerprints that decide instance ids."""
+WRITTEN_KEYS = ("model", "suite", "cluster", "store", "tracking", "run_name", "model.name", "model.path",
+                "suite.name", "suite.tasks", "suite.lengths", "suite.seed", "store.root")
+"""Keys every config.yaml a run has written holds, since the first version (`run_name` is written after the
+sections, null or not): one that lacks any was cut short or edited, and the schema's defaults must not stand in."""
+_ABSENT = object()
 
 
 def write_provenance(cfg: Config, root: RunRoot, model_path: str) -> None:
@@ -81,19 +89,85 @@ def run_identity(config: Config | DictConfig | dict[str, Any],
     return {key: OmegaConf.select(tree, key, default=None) for key in keys}
 
 
-def _check_same_config(cfg: Config, root: RunRoot) -> None:
-    """Refuse to mix instances from a different suite or model into an existing run root."""
+@dataclass(frozen=True)
+class StoredConfig:
+    """A run root's config.yaml as read back: its settings, and what is wrong with the file when it is damaged."""
+
+    tree: DictConfig | None
+    """The settings as written (what of them parses: a cut-short file keeps its first keys); None when the file is
+    no mapping of settings at all."""
+    damage: str | None = None
+    """Why the file cannot be the config a run wrote (it does not parse, is no mapping, lacks keys every written
+    config holds, or does not match the schema); None when it is whole."""
+
+
+def stored_config(root: RunRoot) -> StoredConfig | None:
+    """The run root's config.yaml, None when it has none. A damaged file is no error here: a run refuses it
+    (`_check_same_config`), a report reads the root from its instances instead (`report.runs`)."""
     raw = root.read_if_exists("config.yaml")
     if raw is None:
+        return None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return StoredConfig(None, f"it is not UTF-8 text (byte {exc.start})")
+    try:
+        shape = yaml.safe_load(text)
+        tree = OmegaConf.create(text) if isinstance(shape, dict) else None
+    except (yaml.YAMLError, OmegaConfBaseException, ValueError, AssertionError) as exc:
+        return StoredConfig(None, f"it does not parse as YAML ({_yaml_problem(exc)})")
+    if tree is None:
+        what = "it is empty" if shape is None else f"it holds a {type(shape).__name__}, not a mapping of settings"
+        return StoredConfig(None, what)
+    missing = [key for key in WRITTEN_KEYS if OmegaConf.select(tree, key, default=_ABSENT) is _ABSENT]
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        return StoredConfig(tree, f"it lacks {', '.join(missing[:3])}{more} of the keys every config.yaml a run "
+                                  "writes holds, as if cut short")
+    try:
+        conform(tree)
+    except ConfigError as exc:
+        return StoredConfig(tree, f"it does not match the config schema ({str(exc).split('; ')[0]})")
+    return StoredConfig(tree)
+
+
+def _yaml_problem(exc: BaseException) -> str:
+    """A YAML error as its problem and line (1-based), e.g. "could not find expected ':' at line 3"."""
+    problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
+    mark = getattr(exc, "problem_mark", None)
+    return f"{problem} at line {mark.line + 1}" if mark is not None else str(problem)
+
+
+def damaged_config_message(root: RunRoot, damage: str) -> str:
+    """The one line a run refused by a damaged config.yaml prints: the file, what it was checked against, and how
+    to restore it without losing the root's work."""
+    path = root.path("config.yaml")
+    return (f"{path} is damaged: {damage}. This command's config is checked against it, the config run root "
+            f"{root.uri} was made with, and cannot be; nothing was changed. To restore it and keep the root's "
+            f"instances and predictions: move it aside (e.g. to {path}.damaged) and rerun this command with the "
+            "overrides the run was made with, which writes config.yaml again (`longeval report "
+            f"{root.uri} -o report.html` reads the root from its instances meanwhile)")
+
+
+def _check_same_config(cfg: Config, root: RunRoot) -> None:
+    """Refuse to mix instances from a different suite or model into an existing run root, and to check against a
+    damaged config.yaml (whose missing keys would read as settings the root was never made with)."""
+    stored = stored_config(root)
+    if stored is None:
         return
-    old = OmegaConf.create(raw.decode("utf-8"))
+    if stored.damage is not None or stored.tree is None:
+        raise ConfigError(damaged_config_message(root, stored.damage or "it does not parse"))
+    old = stored.tree
     before, after = run_identity(old), run_identity(cfg)
     for key in RUN_SETTINGS:
         was, now = before[key], after[key]
         if was != now:
+            again = _override(was)
             raise ConfigError(
-                f"run root {root.uri} was made with {key}={was!r}, not {now!r}; use another run_name=... "
-                "or store.root=..., or delete that run root to start over"
+                f"run root {root.uri} was made with {key}={was!r}, not {now!r}; use another run_name=... or "
+                f"store.root=... to run with {key}={now!r}"
+                + (f", or pass {key}={again} to go on with that root" if again is not None else "")
+                + _start_over(root)
             )
     _check_same_schedule(cfg, old, root)
     _check_same_ranges(cfg, old, root)
@@ -103,8 +177,35 @@ def _check_same_config(cfg: Config, root: RunRoot) -> None:
         if was and was != _data_fingerprint(cfg):
             raise ConfigError(
                 f"the data files behind run root {root.uri} changed since it was made (essay corpus or QA files); "
-                "use another run_name=... to evaluate the new data, or delete that run root"
+                "use another run_name=... to evaluate the new data" + _start_over(root)
             )
+
+
+def _start_over(root: RunRoot) -> str:
+    """The advice to delete a run root, only for one that holds no predictions: deleting one that does would
+    destroy finished work (another run_name is always offered instead)."""
+    if root.shard_names("predictions"):
+        return ""
+    return ", or delete that run root (it holds no predictions) to start over"
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9_./:+-]+")
+_NUMBER = re.compile(r"[-+]?[0-9._]+([eE][-+]?[0-9]+)?")
+
+
+def _override(value: Any) -> str | None:
+    """A stored scalar as a Hydra override's value (null, true, 4096, a plain string); None for anything that
+    needs quoting or is a list or mapping (the message then names no override to pass again)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | float):
+        return str(value)
+    if (isinstance(value, str) and _PLAIN.fullmatch(value) and not _NUMBER.fullmatch(value)
+            and value.lower() not in ("null", "true", "false")):
+        return value
+    return None
 
 
 def older_default_root(cfg: Config) -> str | None:

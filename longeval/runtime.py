@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import logging
 import os
 import socket
 import tempfile
 import time
+import warnings
+from typing import TYPE_CHECKING, Any
 
 from longeval import interrupt, reaper
 from longeval.config import Config
-from longeval.errors import ConfigError, LongevalError, find_error
+from longeval.errors import ConfigError, LongevalError, RayStartError, find_error
 from longeval.store import RunRoot
+
+if TYPE_CHECKING:
+    import ray
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +27,26 @@ NO_ACTOR_RESTARTS = {"max_restarts": 0}
 """Ray Data restarts its pool actors by default, and since it hands them their constructor arguments through the
 object store, every run printed an error-level line (ray #53727) that such restarts might fail. Our stages need no
 restarts: a dead actor fails the stage, and the rerun resumes from the committed shards. (map_batches takes it
-through its `ray_remote_args`, which Ray 2.5x marks deprecated for 2.64 and offers no named parameter for yet.)"""
+through its `ray_remote_args`, which Ray 2.5x marks deprecated for 2.64 and offers no named parameter for yet:
+`map_pool` passes it.)"""
+
+_REMOTE_ARGS_DEPRECATED = r"`ray_remote_args` is deprecated"
+"""The start of the RayDeprecationWarning Ray 2.60's map_batches gives for any `**ray_remote_args`."""
+
+
+def map_pool(ds: ray.data.Dataset, fn: type, **kwargs: Any) -> ray.data.Dataset:
+    """`ds.map_batches(fn, **kwargs)` on pool actors that are never restarted (`NO_ACTOR_RESTARTS`).
+
+    Ray 2.60's map_batches takes num_cpus, memory, resources, runtime_env and the like as named parameters (give
+    them in `kwargs`), but max_restarts only through `**ray_remote_args`, whose RayDeprecationWarning was printed
+    on every run. Only that warning is silenced, here where it is known: the pinned Ray still takes the argument,
+    and tests/test_runtime.py fails on a Ray whose map_batches would not, before a run would.
+    """
+    from ray.util.annotations import RayDeprecationWarning
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_REMOTE_ARGS_DEPRECATED, category=RayDeprecationWarning)
+        return ds.map_batches(fn, **kwargs, **NO_ACTOR_RESTARTS)
 
 
 # Ray puts Unix sockets at <temp_dir>/session_<date>_<time>_<pid>/sockets/plasma_store, 62 to 66 bytes
@@ -77,7 +102,7 @@ def init_ray(cfg: Config) -> None:
                               "local Ray")
         try:  # RAY_ADDRESS is read by Ray itself, as before: so it also picks up a token of a token-auth cluster
             ray.init(**({"address": address} if source == "cluster.address" else {}), **kwargs)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
+        except Exception as exc:  # ConnectionError, RuntimeError, ValueError, or Ray's bare Exception
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ConfigError(f"cannot join the Ray cluster at {address} ({source}): {first}. Start it first (`ray "
                               f"start --head`), fix the address, or unset {source} to run on a private local Ray"
@@ -90,8 +115,14 @@ def init_ray(cfg: Config) -> None:
         started = time.time()
         if cfg.store.root.startswith("s3://"):  # Ray's processes inherit this one's environment, so its workers too
             os.environ.setdefault("MALLOC_ARENA_MAX", MALLOC_ARENA_MAX)
-        ray.init(address="local", num_cpus=cfg.cluster.num_cpus or max(2, os.cpu_count() or 2), _temp_dir=temp_dir,
-                 **kwargs)
+        if cfg.cluster.metrics_export_port:
+            kwargs["_metrics_export_port"] = cfg.cluster.metrics_export_port
+        before = sessions(temp_dir)
+        try:
+            ray.init(address="local", num_cpus=cfg.cluster.num_cpus or max(2, os.cpu_count() or 2),
+                     _temp_dir=temp_dir, **kwargs)
+        except Exception as exc:  # Ray's own start-up failures are a bare Exception, RuntimeError, OSError...
+            raise RayStartError(start_failure(exc, cfg, temp_dir, before)) from exc
         reaper.watch(started)  # else a kill -9 of this process leaves Ray's agents running for a minute
         if running:
             log.warning("Ray: another Ray runs on this machine (%s); this run started a private local Ray of its "
@@ -107,6 +138,133 @@ def init_ray(cfg: Config) -> None:
     # Rows reach the engine in the same order and the same batches on every run: vLLM on CPU is not
     # batch-invariant, so identical greedy outputs need identical batch composition.
     ctx.execution_options.preserve_order = True
+
+
+RAY_NODE_WAIT_S = 30
+"""How long Ray waits for a new node's raylet to register (`raylet_start_wait_time_s` in ray/_private/node.py,
+not a setting): on a busy machine, or with a process its agents need dead, `ray.init` gives up after it."""
+
+RAY_AGENT_PORT = 52365
+"""The port every Ray's dashboard agent tries first (Ray's DEFAULT_DASHBOARD_AGENT_LISTEN_PORT); `ray.init` has no
+argument to move it. The agent of a second Ray on the machine runs without its HTTP server instead."""
+
+
+def start_failure(exc: BaseException, cfg: Config, temp_dir: str, before: set[str] | None = None) -> str:
+    """One line for a private local Ray that did not start: what failed, the cause on this machine (a taken port
+    and its holder, the other Rays, the load), the fix, and where Ray's logs are. `before`: the session folders
+    under `temp_dir` before this start (the new one is the failed start's; others may start at the same time)."""
+    text = str(exc)
+    first = " ".join((text.strip().splitlines() or [type(exc).__name__])[0].split())
+    wait = os.environ.get("RAY_gcs_server_port_wait_time_s")  # noqa: SIM112 (Ray's own name)
+    if "timed out during startup" in text:
+        what = f"Ray's node did not come up within Ray's {RAY_NODE_WAIT_S} s"
+    elif "Failed to start GCS" in text:
+        what = "Ray's GCS (its head process) did not start"
+    elif "gcs_server_port" in text and "Timed out" in text:
+        what = "Ray's GCS did not report its port in time" + (
+            f" (RAY_gcs_server_port_wait_time_s={wait})" if wait is not None else "")
+    else:
+        what = f"Ray did not start ({first})"
+    causes: list[str] = []
+    fixes: list[str] = []
+    ports = []  # the fixed ports this Ray asked for, each with what sets it
+    if cfg.cluster.metrics_export_port:
+        ports.append((cfg.cluster.metrics_export_port, "cluster.metrics_export_port",
+                      "set cluster.metrics_export_port to a free port, or to null (a free one Ray picks)"))
+    if (os.environ.get("RAY_GCS_SERVER_PORT") or "").isdigit():
+        ports.append((int(os.environ["RAY_GCS_SERVER_PORT"]), "RAY_GCS_SERVER_PORT",
+                      "unset RAY_GCS_SERVER_PORT (a free port Ray picks) or set it to a free port"))
+    for port, source, fix in ports:
+        holder = port_holder(port)
+        if holder is not None:
+            causes.append(f"port {port} ({source}) is taken by {holder}")
+            fixes.append(fix)
+    if wait is not None and "gcs_server_port" in text:
+        fixes.append(f"raise RAY_gcs_server_port_wait_time_s (now {wait}) or unset it (Ray's default is 30 s)")
+    taken = bool(causes)  # a taken port says it all: no other Ray, no load
+    session = _new_session(temp_dir, before or set())
+    others = [] if taken else other_rays(exclude=session)
+    if others:
+        agent = port_holder(RAY_AGENT_PORT)
+        held = f"; {agent} holds port {RAY_AGENT_PORT}, Ray's dashboard-agent port" if agent else ""
+        runs = "another Ray runs" if len(others) == 1 else f"{len(others)} other Rays run"
+        causes.append(f"{runs} on this machine ({'; '.join(others[:3])}{held})")
+    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    if load > cpus and not taken:
+        causes.append(f"the machine is busy (load average {load:.1f} on {cpus} CPUs)")
+    if not fixes:
+        if others:
+            fixes.append("stop the other Ray if it is yours and idle (`ray stop` ends every Ray you started on this "
+                         "machine; another run's private Ray ends with that run) or join it with cluster.address="
+                         "HOST:PORT (or RAY_ADDRESS)")
+        fixes.append("rerun when the machine is less busy" if load > cpus else "rerun (finished work is kept)")
+    logs = f"; Ray's logs: {session}/logs" if session else ""
+    cause = "; ".join(causes) or (first if first not in what else "no taken port, other Ray or load seen here")
+    return f"{what}: {cause}. To fix: {'; or '.join(fixes)}{logs}"
+
+
+def port_holder(port: int) -> str | None:
+    """Who listens on `port` here ("pid N (name)", or "another process" when that cannot be seen), None if free."""
+    try:
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed socket's TIME_WAIT is no holder
+            probe.bind(("", port))
+        return None
+    except OSError:
+        pass
+    import psutil
+
+    try:
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+                return f"pid {conn.pid} ({psutil.Process(conn.pid).name()})"
+    except (psutil.Error, OSError):  # another user's sockets, or no permission to list them
+        pass
+    return "another process"
+
+
+def other_rays(exclude: str | None = None) -> list[str]:
+    """The Rays running on this machine (one raylet each), but the session `exclude`: each as its raylet's pid, its
+    GCS address and who started it (`ray start`, or the process whose private Ray it is)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+        args = proc.info["cmdline"] or []
+        if not args or os.path.basename(args[0]) != "raylet":
+            continue
+        flags = dict(a.split("=", 1) for a in args[1:] if a.startswith("--") and "=" in a)
+        session = flags.get("--session_dir", "")
+        if exclude and os.path.realpath(session) == os.path.realpath(exclude):
+            continue
+        gcs = flags.get("--gcs-address", "?")
+        found.append(f"raylet pid {proc.info['pid']}, GCS {gcs}, {_started_by(session)}")
+    return found
+
+
+def _started_by(session: str) -> str:
+    """Who started a Ray session: its folder name ends with the starting process's pid."""
+    import psutil
+
+    pid = os.path.basename(session).rsplit("_", 1)[-1]
+    try:
+        command = " ".join(psutil.Process(int(pid)).cmdline())
+    except (ValueError, psutil.Error):
+        return "started by `ray start`" if pid.isdigit() else "started by ?"
+    if " start" in command and "ray" in command:
+        return f"started by `ray start` (pid {pid})"
+    return f"the private Ray of pid {pid} ({command[:80]})"
+
+
+def sessions(temp_dir: str) -> set[str]:
+    """The session folders under a Ray temp dir."""
+    return set(glob.glob(os.path.join(temp_dir, "session_2*")))
+
+
+def _new_session(temp_dir: str, before: set[str]) -> str | None:
+    """The session folder a start made: the newest one that was not there before it."""
+    new = sorted(sessions(temp_dir) - before, key=os.path.getmtime)
+    return new[-1] if new else None
 
 
 def running_ray(temp_dir: str | None = None) -> str | None:

@@ -80,6 +80,19 @@ for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
 
 
+def _check_exit_codes() -> None:
+    """Every exit code a test gets from `longeval.cli.main` in process is checked against docs/operations.md's
+    exit-code table (`tests/exit_codes.py`): installed before any test module imports `main`."""
+    from longeval import cli
+    from tests.exit_codes import checked
+
+    if not hasattr(cli.main, "unchecked"):
+        cli.main = checked(cli.main)
+
+
+_check_exit_codes()
+
+
 @pytest.fixture(scope="session")
 def smollm2_path() -> Path:
     """The packaged SmolLM2-135M-Instruct as a Hugging Face folder (converted on the first run, ~25 s)."""

@@ -40,6 +40,33 @@ def test_check_loads_the_overrides_and_runs_nothing(capsys, tmp_path):
     assert not any(tmp_path.iterdir())  # nothing written either way
 
 
+YARN_WITHOUT_BASE = ("+model.engine_kwargs.hf_overrides={rope_scaling: {rope_type: yarn, factor: 4.0, "
+                     "original_max_position_embeddings: 32768}, max_position_embeddings: 131072}")
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["model=tiny_random", "suite.lengths=[2000000]"],
+     "error: suite.lengths has 2,000,000 tokens but tiny-random's model.max_model_len is 8,192"),
+    (["model=tiny_random", f"run_name={'r' * 300}"],
+     r"error: run_name is 300 characters; the filesystem allows \d+ bytes per name \(store.root .*\); "
+     "shorten run_name"),
+    (["model=llama31_8b", YARN_WITHOUT_BASE],
+     "error: with model.engine_kwargs.hf_overrides=.* put rope_theta: 500000 inside "
+     "model.engine_kwargs.hf_overrides.rope_scaling"),
+], ids=["length", "run_name", "rope"])
+def test_check_plan_and_run_refuse_the_same_config_alike(capsys, tmp_path, argv, expected):
+    """`check` runs every check `run` makes of the config alone (issue #46: it said `config ok` for all three),
+    with `plan`'s and `run`'s message, and writes nothing."""
+    texts = []
+    for command in ("check", "plan", "run"):
+        code, text = _run(capsys, command, *argv, f"store.root={tmp_path}")
+        assert code == 2 and re.search(expected, text), (command, text)
+        texts.append(text[text.index("error:"):])
+    assert texts[0] == texts[1] == texts[2]
+    assert "Errno" not in texts[0] and "Traceback" not in texts[0]
+    assert not any(tmp_path.iterdir())
+
+
 def test_plan_estimates_gpu_hours_and_they_grow_with_length(capsys, tmp_path):
     hours = []
     for lengths in ("[4096]", "[131072]"):
@@ -194,6 +221,32 @@ def test_cache_prune_takes_the_cache_from_the_overrides(capsys, tmp_path):
     assert code == 0 and f"cache {elsewhere}: removed 0 entries (0 B), kept 1 (" in text
 
 
+@pytest.mark.parametrize("key", ["store.root", "store.instance_cache"])
+def test_cache_prune_on_a_folder_that_does_not_exist_says_so(capsys, tmp_path, key):
+    """A mistyped root used to exit 0 with `removed 0 entries`; an existing root without a cache yet still does."""
+    missing = tmp_path / "runz"
+    code, text = _run(capsys, "cache", "prune", "--older-than", "30d", f"{key}={missing}")
+    assert code == 2, text
+    assert text.startswith(f"error: {key}={missing}: no such folder") and text.count("error:") == 1, text
+    assert "there is no instance cache to prune; check the path" in text and "removed" not in text
+    assert not missing.exists()
+    code, text = _run(capsys, "cache", "prune", "--older-than", "30d", f"store.root={tmp_path}")
+    assert code == 0 and f"cache {tmp_path}/_cache: removed 0 entries" in text, text
+
+
+@pytest.mark.parametrize("argv", [["--older-than", "-5d"], ["--older-than=-5d"], ["--max-size", "-5GB"],
+                                  ["--max-size", "-1"]])
+def test_cache_prune_refuses_a_negative_age_or_size_saying_why(capsys, tmp_path, argv):
+    """`--older-than -5d` got argparse's "expected one argument"; now every spelling reaches the option's check."""
+    code, text = _run(capsys, "cache", "prune", *argv, f"store.root={tmp_path}")
+    option, value = argv[0].split("=")[0], argv[-1].split("=")[-1]
+    assert code == 2, text
+    assert text.startswith(f"error: {option} '{value}' is negative: ") and text.count("error:") == 1, text
+    assert ("give a positive age, e.g. --older-than 5d" if option == "--older-than" else
+            "give a size of 0 or more, e.g. --max-size 50GB") in text
+    assert "expected one argument" not in text
+
+
 @pytest.mark.parametrize(("argv", "expected"), [
     ([], "longeval cache prune needs --older-than AGE (e.g. 30d), --max-size SIZE (e.g. 50GB), or both"),
     (["--older-than", "30"], "--older-than '30' is not an age; give a number and a unit (s, m, h, d, w)"),
@@ -262,3 +315,90 @@ def test_the_results_table_says_when_the_essay_haystack_is_not_rulers(capsys, tm
     (root / "versions.json").unlink()  # a run from before versions.json named the corpus
     _print_results(result)
     assert "not RULER's haystack" not in capsys.readouterr().out
+
+
+# -- `score` and `infer` alone say what they left partial (issue #46) --------------------------------------------
+
+STAND_IN = ["model=tiny_random", "model.engine=stand_in", "suite.tasks=[niah_single_1]", "suite.lengths=[1024]",
+            "suite.samples=2", "store.cache_instances=false"]
+UNREACHABLE_API = ["model.engine=openai", "model.api.mode=completions", "model.api.base_url=http://127.0.0.1:9/v1",
+                   "model.api.max_retries=0"]
+"""A real OpenAI client sent to a port nothing listens on (discard, 9): every request is refused, an engine error."""
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory, tiny_model_path):
+    """A run root with its 2 instances only (`longeval generate`)."""
+    from longeval.config import load_config
+    from longeval.pipeline import run
+
+    base = tmp_path_factory.mktemp("generated")
+    run(load_config([*STAND_IN, f"store.root={base}", "run_name=g"]), stages=("generate",))
+    return base / "g"
+
+
+@pytest.fixture
+def unscored(generated, tmp_path):
+    """A fresh copy of the generated root, and the overrides that name it."""
+    import shutil
+
+    shutil.copytree(generated, tmp_path / "g")
+    return tmp_path / "g", [*STAND_IN, f"store.root={tmp_path}", "run_name=g"]
+
+
+def test_score_on_a_partial_root_says_what_is_missing_and_exits_3(capsys, unscored):
+    """1 of 2 instances predicted: `score` scores it, then says the run is partial (was: `done:` and exit 0)."""
+    from longeval.consistency import PARTIAL_EXIT
+    from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, Prediction
+    from longeval.store import RunRoot
+
+    path, overrides = unscored
+    root = RunRoot(str(path))
+    first = root.read_stage("instances", INSTANCE_SCHEMA, columns=["instance_id", "references"]).to_pylist()[0]
+    root.write_part("predictions", pa.Table.from_pylist([Prediction(
+        instance_id=first["instance_id"], model_id="tiny-random", output=" ".join(first["references"]),
+        output_tokens=2, finish_reason="stop", cached_prompt_tokens=0, latency_s=0.1).to_row()],
+        schema=PREDICTION_SCHEMA))
+    code, text = _run(capsys, "score", *overrides)
+    partial = (f"warning: partial run {root.uri}: 1 of 2 instances are not predicted (0 engine errors, 1 not run "
+               "yet); the numbers cover 1 of 2 instances. Rerun the same command to finish")
+    assert code == PARTIAL_EXIT and text.count("warning: partial run") == 1 and partial in text, text
+    assert text.index(f"done: {root.uri}") < text.index(partial)
+    assert root.has("scores", "scores")  # the score it could make is kept
+
+
+def test_score_infer_and_report_on_a_root_without_instances_are_one_error_line(capsys, tmp_path):
+    """A run root that holds no instances (a mistyped run_name, or never generated): was `done:` and exit 0 for
+    `score` and `infer`, and a report of nothing (exit 3) for `report` with overrides; now one error naming the
+    fix, exit 2, and nothing written."""
+    from longeval.config import load_config
+    from longeval.store import RunRoot
+
+    overrides = [*STAND_IN, f"store.root={tmp_path}", "run_name=typo"]
+    uri = RunRoot(load_config(overrides).run_root).uri
+    for command in ("score", "infer", "report"):
+        code, text = _run(capsys, command, *overrides)
+        assert code == 2 and text.endswith(
+            f"error: run root {uri} holds no instances: nothing to {command}; check that the overrides name the run "
+            "you meant (store.root, run_name, model, suite), or generate it first: `longeval run` with these "
+            "overrides"), (command, text)
+        assert not (tmp_path / "typo").exists()
+
+
+def test_infer_exits_3_while_instances_are_left_without_a_final_prediction(capsys, unscored, monkeypatch):
+    """Every request refused: the instances are engine errors after `infer`, which said `done:` and exit 0; now it
+    says they are left (exit 3). A rerun that predicts them all exits 0: scoring them is `score`'s work."""
+    from longeval.consistency import PARTIAL_EXIT
+    from longeval.store import RunRoot
+
+    path, overrides = unscored
+    monkeypatch.setenv("OPENAI_API_KEY", "unused")
+    code, text = _run(capsys, "infer", *overrides, *UNREACHABLE_API)
+    partial = (f"warning: partial run {RunRoot(str(path)).uri}: 2 of 2 instances are not predicted (2 engine errors, "
+               "0 not run yet)")
+    assert code == PARTIAL_EXIT and text.count("warning: partial run") == 1 and partial in text, text
+    code, text = _run(capsys, "infer", *overrides)  # the stand-in engine answers every one
+    assert code == 0 and "partial run" not in text and f"done: {RunRoot(str(path)).uri}" in text, text
+    with pytest.raises(SystemExit):
+        main(["infer", "--help"])
+    assert "3 some are left without one, e.g. engine errors" in " ".join(capsys.readouterr().out.split())

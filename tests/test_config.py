@@ -208,6 +208,24 @@ def test_an_adaptive_run_defaults_to_small_shards_and_an_explicit_size_wins():
     assert "shard_size: 10" in to_yaml(load_config(["suite=ruler", "suite.adaptive=true"]))  # resolved on disk
 
 
+@pytest.mark.parametrize("what", ["missing", "empty"])
+def test_a_longeval_conf_without_a_config_tree_names_the_variable_and_the_path(tmp_path, monkeypatch, capsys, what):
+    """Hydra called it `bad override: Primary config directory not found.`, though no override was wrong."""
+    from longeval.cli import main
+
+    folder = tmp_path / "my-conf"
+    if what == "empty":
+        folder.mkdir()
+    monkeypatch.setenv("LONGEVAL_CONF", str(folder))
+    code = main(["check", "model=tiny_random"])
+    out = capsys.readouterr()
+    text = " ".join((out.out + out.err).split())
+    assert code == 2, text
+    assert text.startswith(f"error: LONGEVAL_CONF={folder}: ") and text.count("error:") == 1, text
+    assert ("no such folder" if what == "missing" else "a folder without config.yaml") in text
+    assert "or unset it for the packaged one" in text and "override" not in text
+
+
 def _conf_with_suite(tmp_path, monkeypatch, text: str):
     """A copy of conf/ with one more suite file, as a user's own config dir (LONGEVAL_CONF)."""
     import shutil
@@ -310,3 +328,17 @@ def test_added_removed_and_malformed_keys_get_one_line(override, expected):
         load_config([override])
     assert str(info.value).startswith(expected)
     assert load_config(["+model.env.X=1"]).model.env["X"] == "1"  # free-form maps still take new keys
+
+
+def test_the_docs_name_the_folder_make_run_writes():
+    """`make run` (no overrides) writes <store.root>/<model>-<suite>-seed<seed>-<suite hash>: the README's and
+    docs/tracking.md's paths are that folder, hash included, so a reader finds it (and a changed quick suite, whose
+    hash changes, fails here until the docs follow)."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    folder = load_config([]).run_root
+    assert re.fullmatch(r"runs/smollm2-135m-instruct-quick-seed42-[0-9a-f]{8}", folder), folder
+    for doc in ("README.md", "docs/tracking.md"):
+        named = set(re.findall(r"runs/smollm2-135m-instruct-quick-seed42[\w-]*", (repo / doc).read_text()))
+        assert named == {folder}, f"{doc} names {named}, `make run` writes {folder}"

@@ -232,6 +232,25 @@ def test_hold_releases_on_errors_and_ctrl_c(root: RunRoot) -> None:
         assert current(root).released
 
 
+def test_a_withdrawn_first_lease_leaves_no_claim_but_a_taken_over_one_stays_released(root: RunRoot) -> None:
+    """A run refused before it wrote anything withdraws its claim when no run held the root before (issue #46):
+    no `_lease/` of a run that never happened. After an earlier holder, its claim is released instead, so claim
+    numbers keep growing."""
+    first = _take(root)
+    assert first.first
+    first.withdraw()
+    first.release()  # what `hold` does on the way out: nothing left to release
+    assert current(root) is None and root.files(lease.LEASE_DIR) == []
+    if root.local_path() is not None:
+        assert not (root.local_path() / lease.LEASE_DIR).exists()
+    _take(root).release()
+    later = _take(root)
+    assert not later.first and later.holder.generation == 2
+    later.withdraw()
+    later.release()
+    assert current(root).generation == 2 and current(root).released
+
+
 def test_a_reader_warns_and_goes_on_while_a_writer_refuses(root: RunRoot, caplog) -> None:
     store = load_config().store
     assert lease.writer_warning(root) is None

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from longeval.config import load_config
+from longeval.config import load_config, to_yaml
 from longeval.pipeline import run
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
 from longeval.store import RunRoot
@@ -169,3 +169,41 @@ def test_stage_commands_run_alone(tmp_path, tiny_run):
     cfg = load_config([*TINY, f"store.root={tmp_path}", "run_name=copy"])
     result = run(cfg, stages=("report",))
     assert result.summary.equals(full.summary)
+
+
+STAND_IN = ["model=tiny_random", "model.engine=stand_in", "suite.tasks=[niah_single_1]", "suite.lengths=[1024]",
+            "suite.samples=2", "run_name=refused"]
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def test_a_run_refused_for_its_config_writes_nothing(tmp_path, tiny_model_path):
+    """A length above max_model_len is refused before the lease is taken (issue #46): no `_lease/`, no folder."""
+    from longeval.cli import main
+
+    store = tmp_path / "runs"
+    assert main(["run", *STAND_IN, "suite.lengths=[2000000]", f"store.root={store}"]) == 2
+    assert not store.exists()
+
+
+def test_a_run_refused_by_a_dead_ray_address_removes_what_it_wrote(tmp_path, tiny_model_path):
+    """Refused when it starts Ray, before any shard was committed, a run removes the lease, config.yaml and
+    versions.json it created and the folders it made (issue #46), but never a file that was there before."""
+    from tests.cli_subprocess import flat, longeval
+
+    dead = {"RAY_ADDRESS": "127.0.0.1:1"}  # nothing listens on port 1: the real init_ray refuses
+    store = tmp_path / "runs"
+    proc = longeval("run", *STAND_IN, f"store.root={store}", env=dead, timeout=120)
+    assert proc.returncode == 2, flat(proc)
+    assert "error: cannot join the Ray cluster at 127.0.0.1:1 (RAY_ADDRESS)" in flat(proc)
+    assert not store.exists(), _files(store)
+    # a root that holds the same run's config.yaml already: that file stays as it was, the rest goes
+    before = to_yaml(load_config([*STAND_IN, f"store.root={store}"]))
+    (store / "refused").mkdir(parents=True)
+    (store / "refused" / "config.yaml").write_text(before)
+    proc = longeval("run", *STAND_IN, f"store.root={store}", env=dead, timeout=120)
+    assert proc.returncode == 2 and "cannot join the Ray cluster" in flat(proc), flat(proc)
+    assert _files(store) == ["refused", "refused/config.yaml"]
+    assert (store / "refused" / "config.yaml").read_text() == before

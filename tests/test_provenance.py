@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
+import shutil
 from dataclasses import replace
+from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from omegaconf import OmegaConf
 
@@ -81,3 +85,105 @@ def test_completing_an_adaptive_root_into_the_full_sweep_needs_its_shard_size_an
     # a shuffled cell's order depends on its count: more (or fewer) samples would reshuffle finished shards
     with pytest.raises(ConfigError, match=r"suite\.samples=20.*suite\.samples=30"):
         _check_same_config(load_config([*args[:-1], "suite.samples=30", "suite.adaptive=true"]), root)
+
+
+WHOLE = load_config(["suite.tasks=[niah_single_1]", "suite.lengths=[1024]", "suite.samples=2"])
+
+
+@pytest.mark.parametrize(("damage", "why"), [
+    (lambda text: text[:100], r"it lacks suite, cluster, store and \d+ more of the keys every config.yaml"),
+    (lambda text: text[:text.index("reasoning:")], r"it lacks suite, cluster, store"),
+    (lambda text: text[:text.index("reasoning:") + 4], r"it does not parse as YAML \(could not find expected ':' "),
+    (lambda text: "- just\n- a list\n", "it holds a list, not a mapping of settings"),
+    (lambda text: "", "it is empty"),
+    (lambda text: text.replace("reasoning: false", "reasoning: maybe"),
+     r"it does not match the config schema \(model.reasoning must be true or false, got 'maybe'\)"),
+], ids=["cut", "cut_before_reasoning", "unparsable", "list", "empty", "schema"])
+def test_a_damaged_config_yaml_is_named_with_what_it_is_checked_against_and_how_to_restore_it(tmp_path, damage, why):
+    """Issue #46: a cut-short config.yaml read as `made with model.reasoning=None` and the advice was to delete the
+    root. The error names the damaged file, what it is checked against, and a restoration that keeps the work."""
+    root = RunRoot(str(tmp_path / "run"))
+    root.write_text("config.yaml", damage(to_yaml(WHOLE)))
+    with pytest.raises(ConfigError) as err:
+        _check_same_config(WHOLE, root)
+    message = str(err.value)
+    assert re.match(rf"{re.escape(root.path('config.yaml'))} is damaged: {why}", message), message
+    assert "This command's config is checked against it, the config run root" in message
+    assert f"move it aside (e.g. to {root.path('config.yaml')}.damaged) and rerun this command" in message
+    assert "delete" not in message and "was made with model" not in message and "\n" not in message
+
+
+def test_a_config_yaml_that_is_not_text_is_damaged(tmp_path):
+    root = RunRoot(str(tmp_path / "run"))
+    root.write_bytes("config.yaml", b"\xff\xfe" + to_yaml(WHOLE).encode("utf-16-le"))
+    with pytest.raises(ConfigError, match=r"is damaged: it is not UTF-8 text"):
+        _check_same_config(WHOLE, root)
+
+
+def test_deleting_a_root_is_advised_only_when_it_holds_no_predictions(made):
+    """Another run_name is always offered; deleting the root only while no prediction would go with it."""
+    cfg, root = made
+    reseeded = replace(cfg, suite=replace(cfg.suite, seed=7))
+    root.write_json("versions.json", {"data_fingerprint": "not-the-current-data"})
+    for check in (reseeded, cfg):  # a changed setting, then changed data behind the root
+        with pytest.raises(ConfigError) as err:
+            _check_same_config(check, root)
+        assert "use another run_name=..." in str(err.value)
+        assert "or delete that run root (it holds no predictions) to start over" in str(err.value)
+    root.write_table("predictions", "ruler.niah_single_1.L1024.s42.00000.p0", pa.table({"instance_id": ["a"]}))
+    with pytest.raises(ConfigError) as err:
+        _check_same_config(reseeded, root)
+    assert str(err.value) == (f"run root {root.uri} was made with suite.seed=42, not 7; use another run_name=... or "
+                              "store.root=... to run with suite.seed=7, or pass suite.seed=42 to go on with that root")
+    with pytest.raises(ConfigError) as err:
+        _check_same_config(cfg, root)
+    assert "use another run_name=... to evaluate the new data" in str(err.value) and "delete" not in str(err.value)
+
+
+FINISHED = ["model=tiny_random", "model.engine=stand_in", "suite.tasks=[niah_single_1]", "suite.lengths=[1024]",
+            "suite.samples=2", "store.cache_instances=false", "cluster.generate_parallelism=1", "run_name=finished"]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, tiny_model_path) -> Path:
+    """A finished stand-in run (its instances, predictions, scores and summaries): its store.root."""
+    from longeval.cli import main
+
+    store = tmp_path_factory.mktemp("finished")
+    assert main(["run", *FINISHED, f"store.root={store}"]) == 0
+    return store
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and "_lease" not in p.parts}
+
+
+def test_a_finished_root_with_a_cut_config_is_refused_by_name_and_restored_by_the_advice(finished, tmp_path, capsys):
+    """The end to end of issue #46 on a finished root: `run` and `report` name the damaged file and change nothing;
+    `report ROOT -o` still reads the root; moving the file aside and rerunning, as the error says, writes the same
+    config.yaml again and keeps every instance, prediction and score byte for byte."""
+    from longeval.cli import main
+
+    shutil.copytree(finished, tmp_path / "store")
+    args = [*FINISHED, f"store.root={tmp_path / 'store'}"]
+    folder = tmp_path / "store" / "finished"
+    whole = (folder / "config.yaml").read_text()
+    (folder / "config.yaml").write_text(whole[:whole.index("reasoning:") + 4])  # cut inside a key
+    before = _snapshot(folder)
+    capsys.readouterr()
+    for command in ("run", "report"):
+        assert main([command, *args]) == 2
+        text = " ".join(capsys.readouterr().out.split())
+        assert f"error: {folder / 'config.yaml'} is damaged: it does not parse as YAML" in text, text
+        assert "delete" not in text and "was made with model." not in text
+        assert _snapshot(folder) == before  # nothing changed
+    assert main(["report", str(folder), "-o", str(tmp_path / "report.html")]) == 0
+    (folder / "config.yaml").rename(folder / "config.yaml.damaged")
+    assert main(["run", *args]) == 0
+    assert (folder / "config.yaml").read_text() == whole.replace(str(finished), str(tmp_path / "store"))  # copied
+    after = _snapshot(folder)
+    for name, data in before.items():
+        if name.startswith(("instances/", "predictions/", "scores/", "_manifest/")) or name == "versions.json":
+            assert after[name] == data, name
+    assert any(name.startswith("predictions/") for name in before)

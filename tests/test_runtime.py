@@ -132,3 +132,72 @@ def test_a_local_rays_workers_on_an_s3_root_allocate_from_two_heaps_unless_the_e
                           timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"ARENAS {seen}" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_a_run_prints_no_ray_deprecation_warning_nor_the_actor_restart_line(tmp_path):
+    """The generate and score pools' max_restarts=0 (`runtime.NO_ACTOR_RESTARTS`, which keeps Ray's #53727 line
+    away) printed `RayDeprecationWarning: ray_remote_args is deprecated` on every run."""
+    proc = longeval("run", "model=tiny_random", "model.engine=stand_in", "suite.tasks=[vt]", "suite.lengths=[1024]",
+                    "suite.samples=1", f"store.root={tmp_path}", "run_name=quiet")
+    text = flat(proc)
+    assert proc.returncode == 0, text[-3000:]
+    assert "results: " in text  # it ran every stage, generate and score pools included
+    assert "RayDeprecationWarning" not in text and "ray_remote_args" not in text, text[-3000:]
+    assert "53727" not in text and "max_restarts > 0" not in text
+
+
+def test_the_pinned_rays_map_batches_still_takes_max_restarts():
+    """`runtime.map_pool` passes max_restarts=0 through `**ray_remote_args` (Ray 2.60 has no named parameter
+    for it); a Ray that drops that route, or names the parameter, must fail here before it fails a run."""
+    import inspect
+
+    import ray.data
+
+    params = inspect.signature(ray.data.Dataset.map_batches).parameters
+    assert "max_restarts" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def _error_lines(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line.strip() for line in (proc.stdout + proc.stderr).splitlines() if line.strip().startswith("error:")]
+
+
+def test_a_ray_whose_port_is_taken_is_one_error_line_naming_the_port_its_holder_and_the_setting(tmp_path):
+    """Ray's node times out at start-up when its metrics agent cannot bind its port, as on a machine where another
+    process holds it: Ray's `Exception: The current node timed out during startup` traceback and exit 1 became one
+    line that names the port, who holds it and the setting that moves it, and exit 2."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        proc = longeval(*GENERATE, f"store.root={tmp_path}", "run_name=x", f"cluster.metrics_export_port={port}",
+                        timeout=300)
+    text = flat(proc)
+    assert proc.returncode == 2, text[-3000:]
+    assert "Traceback" not in text and "Exception:" not in text, text[-3000:]
+    [line] = _error_lines(proc)
+    assert line.startswith(f"error: Ray's node did not come up within Ray's 30 s: port {port} "
+                           f"(cluster.metrics_export_port) is taken by pid {os.getpid()} ("), line
+    assert "To fix: set cluster.metrics_export_port to a free port, or to null (a free one Ray picks)" in line
+    assert "Ray's logs: " in line and not any((tmp_path / "x" / "instances").glob("*.parquet"))
+
+
+def test_a_ray_start_up_timeout_is_one_error_line_naming_the_setting(tmp_path):
+    """Ray's own start-up wait, made tiny: `RuntimeError: Timed out waiting for file .../gcs_server_port_...`
+    was a traceback too."""
+    proc = longeval(*GENERATE, f"store.root={tmp_path}", "run_name=x", env={"RAY_gcs_server_port_wait_time_s": "0"},
+                    timeout=300)
+    text = flat(proc)
+    assert proc.returncode == 2, text[-3000:]
+    assert "Traceback" not in text and "RuntimeError" not in text, text[-3000:]
+    [line] = _error_lines(proc)
+    assert line.startswith("error: Ray's GCS did not report its port in time (RAY_gcs_server_port_wait_time_s=0): ")
+    assert "To fix: raise RAY_gcs_server_port_wait_time_s (now 0) or unset it (Ray's default is 30 s)" in line
+
+
+def test_a_bad_metrics_port_is_refused_before_ray_starts():
+    from longeval.config import load_config
+    from longeval.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"cluster.metrics_export_port=80: expected a port from 1024 to 65535"):
+        load_config(["cluster.metrics_export_port=80"])
+    assert load_config(["cluster.metrics_export_port=9100"]).cluster.metrics_export_port == 9100

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from longeval.config import Config, validate
 from longeval.consistency import Consistency, State, check_root, planned_ids, summaries_current
 from longeval.errors import ConfigError, StaleScoresError, StoreError
-from longeval.provenance import COMPARED_SETTINGS, COMPARED_VERSIONS, run_identity
+from longeval.provenance import COMPARED_SETTINGS, COMPARED_VERSIONS, run_identity, stored_config
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, ErrorKind
 from longeval.store import RunRoot
 from longeval.tasks import FAMILIES, TASKS
@@ -91,12 +91,13 @@ def _root(target: RunRoot | str) -> RunRoot:
 
 
 def _config(root: RunRoot) -> dict[str, Any]:
-    raw = root.read_if_exists("config.yaml")
-    if raw is None:
+    """The run's config.yaml as a dict: what of it parses ({} without one, or for one that does not parse)."""
+    stored = stored_config(root)
+    if stored is None or stored.tree is None:
         return {}
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_container(OmegaConf.create(raw.decode("utf-8")), resolve=False) or {}
+    return OmegaConf.to_container(stored.tree, resolve=False) or {}  # type: ignore[return-value]
 
 
 def _select(config: dict[str, Any], dotted: str) -> Any:
@@ -119,23 +120,30 @@ def _summaries(root: RunRoot) -> dict[str, pa.Table]:
 def load_run(target: RunRoot | str, *, summarise: Callable[[RunRoot], Any] | None = None) -> RunData:
     """A run root's summaries, config facts and label (not yet made unique: see `unique_labels`).
 
+    A root with instances is checked against its plan whether or not it has scores: one with nothing scored yet (a
+    run still inferring, or stopped before `score`) is partial and says so (`problem`), with or without summaries.
+
     Args:
         target: the run root, or its URI (then opened remembering its listings: one command, one snapshot).
 
     Raises:
-        StoreError: the root has neither summaries nor scores (not a run root, or not scored yet).
+        StoreError: the root has no summaries, no scores and no instances (not a run root, or not generated yet).
     """
     root = _root(target)
     root.adopt_legacy()  # a run root from before commit records: its finished shards count
     config = _config(root)
-    consistency = check_run(root) if root.has("scores", "scores") else None
+    scored = root.has("scores", "scores")
+    consistency = check_run(root) if scored or root.shard_names("instances") else None
     tables = _summaries(root)
     computed = False
     # summaries older than the scores (`score` rerun after the last `report`) are computed again, when they can be
-    outdated = "tasks" in tables and consistency is not None and bool(config) and not summaries_current(root)
-    if "tasks" not in tables or outdated:
-        if not root.has("scores", "scores"):
-            what = "no config.yaml either: is this a run root?" if not config else "run `longeval score` first"
+    outdated = "tasks" in tables and scored and bool(config) and not summaries_current(root)
+    if "tasks" not in tables and not scored and consistency is not None:
+        pass  # instances, nothing scored yet: no numbers to summarise, and `problem` says what is missing
+    elif "tasks" not in tables or outdated:
+        if not scored:
+            what = ("no config.yaml either: is this a run root?" if not config else
+                    "it holds no instances either: run `longeval run` with its overrides first")
             if root.exists("scores/scores.parquet") or root.exists("summary/tasks.parquet"):
                 what = ("its Parquet files exist but have no commit records under _manifest/ (cut short): "
                         "rerun `longeval score` and `longeval report` with its overrides")
@@ -165,13 +173,15 @@ def load_run(target: RunRoot | str, *, summarise: Callable[[RunRoot], Any] | Non
 def _stored_config(root: RunRoot) -> Config | None:
     """The run's config.yaml as a Config: its plan. None without one, or for one this version no longer reads (the
     root's instances are then the plan)."""
-    raw = root.read_if_exists("config.yaml")
-    if raw is None:
+    stored = stored_config(root)
+    if stored is None:
         return None
-    from omegaconf import OmegaConf
-
+    if stored.damage is not None or stored.tree is None:
+        log.warning("run root %s: config.yaml is damaged: %s; checking against the instances it holds", root.uri,
+                    stored.damage)
+        return None
     try:
-        return validate(OmegaConf.create(raw.decode("utf-8")))
+        return validate(stored.tree)
     except ConfigError as exc:
         log.warning("run root %s: config.yaml does not validate (%s); checking against the instances it holds",
                     root.uri, exc)

@@ -16,7 +16,7 @@ from longeval.heap import release_freed_memory
 from longeval.instance_cache import InstanceCache, cache_uri, shard_key
 from longeval.plan import Plan, ShardSpec
 from longeval.records import INSTANCE_SCHEMA
-from longeval.runtime import NO_ACTOR_RESTARTS
+from longeval.runtime import map_pool
 from longeval.scoring.deadline import import_plugins
 from longeval.store import RunRoot
 from longeval.tasks import get_task
@@ -114,13 +114,13 @@ def generate(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=N
         log.warning("resuming: %d of %d instance shards already written, %d to generate",
                     len(plan.shards) - len(todo), len(plan.shards), len(todo))
     size = max(1, min(cfg.cluster.generate_parallelism, len(todo)))
-    ds = ray.data.from_items([s.to_row() for s in todo]).map_batches(
+    ds = map_pool(
+        ray.data.from_items([s.to_row() for s in todo]),
         ShardGenerator,
         fn_constructor_kwargs={"cfg": cfg, "model_path": model_path, "root_uri": root.uri},
         batch_size=1,
         compute=ray.data.ActorPoolStrategy(size=size),
         num_cpus=1,
-        **NO_ACTOR_RESTARTS,
     )
     task_id = progress.add_task("generate shards", total=len(todo)) if progress else None
     written = hits = 0

@@ -18,7 +18,7 @@ from longeval.consistency import prediction_fingerprints
 from longeval.followup import parents_with_followups
 from longeval.plan import PlanKey, in_plan, make_plan, planned_keys
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, latest_predictions
-from longeval.runtime import NO_ACTOR_RESTARTS
+from longeval.runtime import map_pool
 from longeval.scoring.deadline import DeadlineScorer, import_plugins
 from longeval.shards import ShardName, compacted_prefix
 from longeval.store import RunRoot
@@ -108,9 +108,10 @@ def score(cfg: Config, root: RunRoot, progress=None) -> pa.Table:
     else:
         items = [{"instances": list(u.instances), "predictions": list(u.predictions),
                   "instance_sizes": list(u.instance_sizes)} for u in units]
-        ds = ray.data.from_items(items, override_num_blocks=min(len(items), 200)).map_batches(
+        ds = map_pool(
+            ray.data.from_items(items, override_num_blocks=min(len(items), 200)),
             UnitScorer, fn_constructor_kwargs={"cfg": cfg, "root": root}, batch_size=1, batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0.5, **NO_ACTOR_RESTARTS,
+            compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0.5,
         )
         total = len(planned_keys(cfg))  # an upper bound: first calls of two-call chains are not scored
         task_id = progress.add_task("score", total=total) if progress else None

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from omegaconf import OmegaConf
 
 from longeval.aggregate import cumulative, error_table, headline, length_table, summarise
 from longeval.config import Config, validate
 from longeval.consistency import SUMMARY_INPUT, Consistency, State, check_root, planned_ids, scores_digest
 from longeval.errors import StaleScoresError, StoreError
+from longeval.provenance import stored_config
 from longeval.records import INSTANCE_SCHEMA, SCORE_SCHEMA
 from longeval.store import RunRoot
 from longeval.tasks import FAMILIES, sampling
@@ -122,8 +122,14 @@ def rows_with_meta(root: RunRoot, scores: pa.Table, family: str) -> dict[str, li
 def summarise_root(root: RunRoot) -> RunResult:
     """Write a scored run root's summaries with the config it stored (`config.yaml`): for `longeval report`
     on a root that was scored but never summarised."""
-    raw = root.read_if_exists("config.yaml")
-    if raw is None:
+    stored = stored_config(root)
+    if stored is None:
         raise StoreError(f"run root {root.uri} has scores but neither summary/ nor config.yaml; run "
                          "`longeval report` with the overrides it was made with to write its summaries")
-    return report(validate(OmegaConf.create(raw.decode("utf-8"))), root)
+    if stored.damage is not None or stored.tree is None:
+        path = root.path("config.yaml")
+        raise StoreError(f"run root {root.uri} has scores but no summary/, and {path}, which its summaries are "
+                         f"computed with, is damaged: {stored.damage}; move it aside (e.g. to {path}.damaged) and "
+                         "run `longeval report` with the overrides the run was made with: it writes config.yaml and "
+                         "the summaries again and keeps the scores")
+    return report(validate(stored.tree), root)

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import csv
+import shutil
+from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from longeval.cli import main
+from longeval.config import load_config
 from longeval.consistency import PARTIAL_EXIT
+from longeval.lease import acquire
+from longeval.pipeline import run
 from longeval.records import SCORE_SCHEMA
 from longeval.store import RunRoot
 
@@ -160,3 +166,75 @@ def test_a_failed_report_write_removes_its_csvs_and_temp_file(capsys, run_roots,
     assert code == 2
     assert "No space left on device" in _one_error_line(out.out.splitlines())
     assert [p.name for p in tmp_path.iterdir()] == ["runs"]  # the CSVs, r_files/ and new/ are gone again
+
+
+# -- a root with instances and nothing scored yet: what a report meets while `longeval run` infers (issue #46) ------
+
+STAND_IN = ["model=tiny_random", "model.engine=stand_in", "suite.tasks=[niah_single_1]", "suite.lengths=[1024]",
+            "suite.samples=2", "store.cache_instances=false"]
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory, tiny_model_path) -> Path:
+    """A run root with its instances only (`longeval generate`, the stand-in engine's config): 2 instances."""
+    base = tmp_path_factory.mktemp("generated")
+    run(load_config([*STAND_IN, f"store.root={base}", "run_name=g"]), stages=("generate",))
+    return base / "g"
+
+
+@pytest.fixture
+def unscored(generated, tmp_path) -> tuple[Path, list[str]]:
+    """A fresh copy of the generated root, and the overrides that name it."""
+    shutil.copytree(generated, tmp_path / "g")
+    return tmp_path / "g", [*STAND_IN, f"store.root={tmp_path}", "run_name=g"]
+
+
+def _unscored_lines(path: Path) -> tuple[str, str]:
+    """The `warning: partial run` line of the unscored root, and the start of its page's banner."""
+    uri = RunRoot(str(path)).uri
+    what = (f"partial run {uri}: 2 of 2 instances are not predicted (0 engine errors, 2 not run yet); the numbers "
+            "cover 0 of 2 instances. Rerun the same command to finish")
+    return f"warning: {what}", f'<p class="banner" role="alert">tiny-random: {what}'
+
+
+def _partial_report(capsys, line: str, *argv: str) -> str:
+    code, text = _run(capsys, "report", *argv)
+    assert code == PARTIAL_EXIT and text.count("warning: partial run") == 1 and line in text, text
+    return text
+
+
+def test_a_root_with_nothing_scored_is_partial_whichever_form_reports_it(capsys, unscored, tmp_path) -> None:
+    """Was: `report RUN_ROOT -o` an error (exit 2, "run `longeval score` first"), the overrides form exit 3, and
+    the overrides form's page without the banner. Now both forms: exit 3, one line, the banner."""
+    path, overrides = unscored
+    line, banner = _unscored_lines(path)
+    page = tmp_path / "r.html"
+    _partial_report(capsys, line, str(path), "-o", str(page))
+    assert banner in page.read_text() and not (path / "summary").exists()  # nothing to summarise: nothing written
+    _partial_report(capsys, line, *overrides)
+    page.unlink()
+    _partial_report(capsys, line, *overrides, "-o", str(page))
+    assert banner in page.read_text()
+    for folder in ("instances", "_manifest/instances", "summary", "_manifest/summary"):  # config.yaml only: no run
+        shutil.rmtree(path / folder)
+    code, text = _run(capsys, "report", str(path), "-o", str(tmp_path / "none.html"))
+    assert code == 2 and text == (f"error: run root {RunRoot(str(path)).uri} has no summary/ and no "
+                                  "scores/scores.parquet; it holds no instances either: run `longeval run` with its "
+                                  "overrides first"), text
+
+
+def test_a_root_being_written_with_nothing_scored_is_partial_not_complete(capsys, unscored, tmp_path) -> None:
+    """Issue #46: during a live `longeval run` (it holds the lease; 0 instances predicted) `report RUN_ROOT -o`
+    exited 0 with only the "being written" warning and a page without a banner. The summaries an earlier report
+    wrote (empty: nothing scored) made it read as complete: with no scores, the root was not checked at all."""
+    path, overrides = unscored
+    line, banner = _unscored_lines(path)
+    page = tmp_path / "r.html"
+    _partial_report(capsys, line, *overrides)  # writes summary/ (empty), as a report before the run went on did
+    assert (path / "summary" / "tasks.parquet").is_file()
+    with acquire(RunRoot(str(path)), heartbeat_s=30.0, stale_s=300.0, command="longeval generate infer score report"):
+        text = _partial_report(capsys, line, str(path), "-o", str(page))
+        assert "is being written by host" in text and banner in page.read_text()
+        _partial_report(capsys, line, *overrides)
+    text = _partial_report(capsys, line, str(path), "-o", str(page))  # the run gone: the same answer
+    assert "is being written" not in text and banner in page.read_text()

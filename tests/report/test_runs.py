@@ -54,6 +54,23 @@ def test_a_folder_that_is_no_run_root_says_so(tmp_path, run_roots) -> None:
         load_scores(str(tmp_path / "nothing"))
 
 
+def test_a_damaged_config_yaml_is_read_around_or_named(run_roots, caplog) -> None:
+    """Issue #46: a config.yaml cut short so that it no longer parses. A summarised root is still read (its plan is
+    then its instances); one whose summaries must be computed with that config names the damaged file and how to
+    restore it, and changes nothing."""
+    a, b = run_roots
+    for root in (a, b):
+        text = (root / "config.yaml").read_text()
+        (root / "config.yaml").write_text(text[:text.index("reasoning:") + 4])
+    run = load_run(str(a))
+    assert run.label == "model-a" and _headline(run) == EXPECTED_HEADLINE["model-a"]
+    assert "config.yaml is damaged: it does not parse as YAML" in caplog.text
+    with pytest.raises(StoreError, match=r"has scores but no summary/, and .*config.yaml, which its summaries are "
+                                         r"computed with, is damaged: it does not parse as YAML .*; move it aside"):
+        load_run(str(b), summarise=summarise_root)
+    assert not (b / "summary").exists()
+
+
 def test_instance_rows_join_references_outputs_and_scores(run_roots) -> None:
     a, _ = run_roots
     rows = instance_rows(str(a)).to_pylist()

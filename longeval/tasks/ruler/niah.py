@@ -139,6 +139,16 @@ def _essays(ctx: GenContext) -> Essays:
         bool(SENTENCE_END.search(corpus.sentences[-1] + " "))))
 
 
+def prepare_haystack(ctx: GenContext, params: NiahParams) -> None:
+    """Build the noise or essay haystack these parameters draw from and keep it in `ctx`, as the first instance
+    would: the generation benchmark times this apart from that instance. (The needle haystack depends on the
+    target length and is built with its instance.)"""
+    if params.haystack == "noise":
+        _noise_stream(ctx)
+    elif params.haystack == "essay":
+        _essays(ctx)
+
+
 def _insert_lines(stream: UnitStream, budget: int, needles: list[tuple[float, Piece]]) -> Piece:
     """Fill `budget` tokens with whole noise lines and put each needle at the line boundary nearest its depth."""
     n = stream.units_within(budget)
