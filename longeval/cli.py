@@ -30,10 +30,10 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from longeval import interrupt
+from longeval.cluster import interrupt
+from longeval.config.redaction import Redactor
+from longeval.engines.models import build_tiny_model, prepare_smollm2, resolve_model_path
 from longeval.errors import ConfigError, LongevalError, find_error
-from longeval.models import build_tiny_model, prepare_smollm2, resolve_model_path
-from longeval.redaction import Redactor
 from longeval.text.essays import default_urls, fetch_essays, read_url_list
 
 # A command imports the modules it runs inside its handler: they load pyarrow, OmegaConf, the task registry and
@@ -94,7 +94,7 @@ def _print_results(result) -> None:
 
 def _exit_code(*partial: bool) -> int:
     """0 when every report is complete and current, `consistency.PARTIAL_EXIT` when one is partial."""
-    from longeval.consistency import PARTIAL_EXIT
+    from longeval.run.consistency import PARTIAL_EXIT
 
     return PARTIAL_EXIT if any(partial) else 0
 
@@ -114,8 +114,8 @@ def _essay_line(result) -> str:
 
 
 def cmd_run(overrides: list[str], stages: tuple[str, ...]) -> int:
-    from longeval.config import load_config
-    from longeval.pipeline import run
+    from longeval.config.schema import load_config
+    from longeval.run.pipeline import run
 
     cfg = load_config(overrides)
     suite = cfg.suite.name  # the name alone would misstate a suite whose tasks the command line replaced
@@ -145,8 +145,8 @@ def cmd_check(overrides: list[str]) -> None:
     (`plan.check_config`, as `plan` and `run` do): a batch script asks this before it brings up a Ray cluster, so a
     mistyped task or suite, a length the model cannot read or a run name too long fails in seconds instead of after
     the allocation's cluster start."""
-    from longeval.config import load_config
-    from longeval.plan import check_config
+    from longeval.config.schema import load_config
+    from longeval.planning.plan import check_config
 
     cfg = load_config(overrides)
     check_config(cfg)
@@ -155,9 +155,9 @@ def cmd_check(overrides: list[str]) -> None:
 
 
 def cmd_plan(overrides: list[str]) -> None:
-    from longeval.capacity import find_model_arch, format_bytes, kv_cache_dtype_bytes, kv_cache_tokens
-    from longeval.config import load_config
-    from longeval.plan import check_config, make_plan, size_pool, suite_seq_tokens
+    from longeval.config.schema import load_config
+    from longeval.planning.capacity import find_model_arch, format_bytes, kv_cache_dtype_bytes, kv_cache_tokens
+    from longeval.planning.plan import check_config, make_plan, size_pool, suite_seq_tokens
     from longeval.tasks import get_task
 
     cfg = load_config(overrides)
@@ -238,10 +238,10 @@ def cmd_plan(overrides: list[str]) -> None:
 
 
 def _print_sizing(cfg, plan) -> None:
-    """The sizing block (`longeval.sizing`): disk, host memory per node, generation CPU, GPU time and wall time,
-    each with the arithmetic behind it, and the figures it cannot give with why."""
-    from longeval import sizing
-    from longeval.capacity import format_bytes as size
+    """The sizing block (`longeval.planning.sizing`): disk, host memory per node, generation CPU, GPU time and wall
+    time, each with the arithmetic behind it, and the figures it cannot give with why."""
+    from longeval.planning import sizing
+    from longeval.planning.capacity import format_bytes as size
 
     s = sizing.size_suite(cfg, plan)
     shape = (f"{cfg.cluster.num_gpus} x {cfg.cluster.gpu} on {s.nodes} node(s)" if cfg.cluster.gpu
@@ -298,7 +298,7 @@ def _print_sizing(cfg, plan) -> None:
     if cost is not None and wall is not None:
         table.add_row(f"GPU: total on {s.gpu}", _hours(cost.gpu_seconds, "GPU-h"),
                       f"prefill {_hours(cost.prefill_s, 'GPU-h')} + decode {_hours(cost.decode_s, 'GPU-h')} "
-                      "(longeval.cost, every call at its length and full output budget)")
+                      "(longeval.planning.cost, every call at its length and full output budget)")
         table.add_row("wall time", _hours(wall, "h"),
                       f"generation {_hours(s.generation_wall_s, 'h')} + the pools one after the other "
                       f"{_hours(wall - s.generation_wall_s, 'h')} (engine start-up and scoring not counted)")
@@ -316,12 +316,12 @@ def _print_sizing(cfg, plan) -> None:
     if cfg.cluster.gpu is None and cost is not None:
         console.print(f"  GPU figures as if on {s.gpus} x {s.gpu} (cluster.gpu is unset; cluster=<GPU preset> sizes "
                       "the real shape)")
-    console.print(f"  measured: {sizing.measured_on()}; the arithmetic: longeval/sizing.py, docs/operations.md "
-                  "(Sizing)")
+    console.print(f"  measured: {sizing.measured_on()}; the arithmetic: longeval/planning/sizing.py, "
+                  "docs/operations.md (Sizing)")
     if cost is not None:
         console.print(f"estimated GPU time on {s.gpu}: {cost.gpu_hours:,.2f} GPU-hours ({cost.prefill_s / 3600:,.2f} "
                       f"prefill, {cost.decode_s / 3600:,.2f} decode), every prompt at its length and full output "
-                      "budget (longeval.cost: a roofline estimate, good to about 1.5x)")
+                      "budget (longeval.planning.cost: a roofline estimate, good to about 1.5x)")
 
 
 def _hours(seconds: float, unit: str) -> str:
@@ -341,7 +341,7 @@ def cmd_models(args: argparse.Namespace) -> None:
 
 def cmd_mrcr(args: argparse.Namespace) -> None:
     from longeval.builders.mrcr_pool import build_pool
-    from longeval.config import load_config
+    from longeval.config.schema import load_config
 
     cfg = load_config(args.overrides)
     console.print(f"[bold]longeval[/] mrcr build-pool: model {cfg.model.name}, {args.per_key} writings per "
@@ -354,7 +354,7 @@ def cmd_mrcr(args: argparse.Namespace) -> None:
 
 def cmd_tail(args: argparse.Namespace) -> None:
     from longeval.builders.tail_build import build_tail
-    from longeval.config import load_config
+    from longeval.config.schema import load_config
     from longeval.tasks.tail import DEFAULT_DEPTHS
 
     cfg = load_config(args.overrides)
@@ -388,7 +388,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         code = cmd_run(overrides, ("report",))
         if not args.output:
             return code
-        from longeval.config import load_config
+        from longeval.config.schema import load_config
 
         roots = [load_config(overrides).run_root]
     from longeval.report.html import write_report
@@ -417,7 +417,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _probe(roots: list[str]) -> None:
     """Reach every remote run root once, quickly, as `run` does: an unreachable store fails now, not after
     minutes of retries."""
-    from longeval.store import RunRoot
+    from longeval.store.run_root import RunRoot
 
     for uri in roots:
         root = RunRoot(uri)
@@ -427,8 +427,8 @@ def _probe(roots: list[str]) -> None:
 
 def _warn_if_written(roots: list[str]) -> None:
     """One line per run root another live process is writing (holds its lease): its numbers may still change."""
-    from longeval.lease import writer_warning
-    from longeval.store import RunRoot
+    from longeval.store.lease import writer_warning
+    from longeval.store.run_root import RunRoot
 
     for uri in roots:
         warning = writer_warning(RunRoot(uri))
@@ -437,10 +437,10 @@ def _warn_if_written(roots: list[str]) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from longeval.compare import compare_scores
     from longeval.report.runs import check_run, load_scores, provenance_pairs
     from longeval.report.table import render_comparison
-    from longeval.store import RunRoot
+    from longeval.stats.compare import compare_scores
+    from longeval.store.run_root import RunRoot
 
     _probe([args.a, args.b])
     _warn_if_written([args.a, args.b])
@@ -480,9 +480,9 @@ def cmd_data(args: argparse.Namespace) -> None:
 
 def cmd_cache(args: argparse.Namespace) -> None:
     """`longeval cache prune`: the cache the overrides name (`store.root`, `store.instance_cache`), as a run's."""
-    from longeval.capacity import format_bytes
-    from longeval.config import load_config
-    from longeval.instance_cache import cache_uri, check_cache_location, parse_age, parse_size, prune
+    from longeval.config.schema import load_config
+    from longeval.planning.capacity import format_bytes
+    from longeval.stages.instance_cache import cache_uri, check_cache_location, parse_age, parse_size, prune
 
     older_than = parse_age(args.older_than) if args.older_than is not None else None
     max_bytes = parse_size(args.max_size) if args.max_size is not None else None
@@ -509,7 +509,7 @@ def cmd_cache(args: argparse.Namespace) -> None:
 
 
 def cmd_dashboards(args: argparse.Namespace) -> None:
-    from longeval.dashboards import create
+    from longeval.tracking.dashboards import create
 
     console.print(f"[bold]longeval[/] dashboards create: W&B {args.entity}/{args.project}"
                   f"{' with a report' if args.report else ''}")

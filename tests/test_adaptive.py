@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from longeval.adaptive import (
+from longeval.stats.adaptive import (
     ABOVE,
     BELOW,
     DOWN,
@@ -289,7 +289,7 @@ def test_a_groups_columns_bet_near_the_largest_bet_and_decide_a_far_length_soone
     """`column_fractions`: one task keeps dKelly's even grid; a group's fractions are packed towards the largest
     bet (all in (0, 1)), so two columns of zeros rule out the threshold at alpha = 0.05 / 2 (the even grid needs
     three), the 128K length of a suite far below it (benchmarks/README.md, "A prior for the column averages")."""
-    from longeval.adaptive import _FRACTIONS, column_fractions
+    from longeval.stats.adaptive import _FRACTIONS, column_fractions
 
     assert np.array_equal(column_fractions(1), _FRACTIONS)
     packed = column_fractions(13)

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-from longeval.adaptive import BELOW, assess
-from longeval.adaptive_run import round_shards, settings_for
-from longeval.config import Config, load_config
-from longeval.plan import make_plan
+from longeval.config.schema import Config, load_config
+from longeval.planning.plan import make_plan
 from longeval.records import PREDICTION_SCHEMA
+from longeval.run.adaptive_rounds import round_shards, settings_for
 from longeval.stages.summarise import summarise_root
-from longeval.store import RunRoot
+from longeval.stats.adaptive import BELOW, assess
+from longeval.store.run_root import RunRoot
 
 if TYPE_CHECKING:
     from longeval.stages.summarise import RunResult
@@ -46,7 +46,7 @@ def test_a_suite_target_samples_every_task_in_equal_rounds_at_the_lengths_that_d
     """`suite.adaptive_target=suite`: 2048 looks above on the tasks' mean (vt's 0.9 and niah's 1.0), so 1024
     waits; each task gets the same next shards at 2048, including niah's, whose own cell alone would be open
     too. A vt cell that looks below on its own is sampled no further than the suite's round."""
-    from longeval.adaptive_run import Cell, target_groups
+    from longeval.run.adaptive_rounds import Cell, target_groups
 
     cfg = _cfg(tmp_path, "suite.samples=40", "suite.shard_size=5", "suite.adaptive_target=suite")
     scores = {("ruler/niah_single_1", 1024): np.ones(5), ("ruler/vt", 1024): np.zeros(5),
@@ -90,9 +90,9 @@ def test_group_targets_default_to_the_measured_schedule_and_a_root_keeps_the_one
     keys) is refused with the overrides to pass, and resumed when they are passed (docs/adaptive.md, "Defaults")."""
     from omegaconf import OmegaConf
 
-    from longeval.config import to_yaml
+    from longeval.config.schema import to_yaml
     from longeval.errors import ConfigError
-    from longeval.provenance import _check_same_config, older_default_root
+    from longeval.run.provenance import _check_same_config, older_default_root
 
     base = ["suite=ruler", *(a for a in TINY if not a.startswith("suite.shard_size")), f"store.root={tmp_path}",
             "run_name=r"]  # RULER sets no shard size of its own (quick, the default suite, does)
@@ -162,7 +162,7 @@ def test_a_growing_schedule_takes_the_full_sweeps_next_shards_in_growing_rounds(
 
 def test_stages_of_an_adaptive_run_go_together(tmp_path):
     from longeval.errors import ConfigError
-    from longeval.pipeline import run
+    from longeval.run.pipeline import run
 
     with pytest.raises(ConfigError, match="generate and infer together"):
         run(_cfg(tmp_path), stages=["generate"])
@@ -172,7 +172,7 @@ def test_stages_of_an_adaptive_run_go_together(tmp_path):
 def whole_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) -> tuple[Config, RunResult]:
     """One uninterrupted adaptive run of TINY: the run the stop/resume test checks and the reference the killed
     run must end like (an engine start and two rounds, paid once per module)."""
-    from longeval.pipeline import run
+    from longeval.run.pipeline import run
 
     cfg = _cfg(tmp_path_factory.mktemp("whole"))
     return cfg, run(cfg)
@@ -180,9 +180,9 @@ def whole_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) -
 
 @pytest.mark.engine
 def test_adaptive_run_stops_decided_cells_and_resumes_without_inference(tmp_path, whole_run):
-    from longeval.adaptive_run import run_rounds
-    from longeval.models import resolve_model_path
-    from longeval.pipeline import run
+    from longeval.engines.models import resolve_model_path
+    from longeval.run.adaptive_rounds import run_rounds
+    from longeval.run.pipeline import run
 
     cfg, result = whole_run
     root = RunRoot(cfg.run_root)
@@ -200,7 +200,7 @@ def test_adaptive_run_stops_decided_cells_and_resumes_without_inference(tmp_path
     assert len(records) == 1 and records[0]["stats"]["runs"] == 2, records
     compute = result.adaptive["compute"]
     assert compute["instances"] == 8 and compute["full_instances"] == 48 and 0 < compute["token_share"] < 0.6
-    # the planner's GPU-hours (longeval.cost) on the default GPU, since this CPU run names none
+    # the planner's GPU-hours (longeval.planning.cost) on the default GPU, since this CPU run names none
     assert compute["gpu"] == "a100_80gb" and 0 < compute["gpu_hours"] < compute["full_gpu_hours_est"]
     assert all(0 < c["gpu_hours"] < c["full_gpu_hours_est"] for c in cells)
     lengths = {(r["scope"], r["name"]): r for r in result.adaptive["adaptive_lengths"].to_pylist()}
@@ -224,8 +224,8 @@ def test_terminal_view_shows_decisions_intervals_and_compute():
     import pyarrow as pa
     from rich.console import Console
 
-    from longeval.adaptive_run import CELL_SCHEMA, LENGTH_SCHEMA
     from longeval.report.adaptive import render_adaptive
+    from longeval.run.adaptive_rounds import CELL_SCHEMA, LENGTH_SCHEMA
 
     base = {"skill_group": "retrieval", "cap": 500, "stopped_by": "interval", "score": 90.0, "ci_low": 86.0,
             "ci_high": 99.0, "tokens": 1000, "full_tokens_est": 20000}
@@ -249,7 +249,7 @@ def test_terminal_view_shows_decisions_intervals_and_compute():
                "token_share": 0.05, "cells": 2, "decided_early": 1, "confidence": 0.95,
                "schedule": {"round_start": 2, "growth": 1.25, "round_max": 10, "alpha_split": "length",
                             "near_stop": False, "shard_size": 2}}
-    from longeval.adaptive_run import GROUP_SCHEMA
+    from longeval.run.adaptive_rounds import GROUP_SCHEMA
 
     group = {"group": "all", "members": 2, "near_threshold": False, "bound": "group mean"}
     groups = pa.Table.from_pylist([
@@ -257,7 +257,7 @@ def test_terminal_view_shows_decisions_intervals_and_compute():
          "decision": "above"},
         {**group, "target_length": 8192, "columns": 0, "score": None, "ci_low": 0.0, "ci_high": 100.0,
          "decision": "undecided"}], schema=GROUP_SCHEMA)
-    from longeval.tracking import summary_metrics
+    from longeval.tracking.wandb_run import summary_metrics
 
     tasks = pa.Table.from_pylist([{"model_id": "m", "family": "ruler", "task": "niah_single_1", "target_length": 4096,
                                    "score": 100.0, "n": 50}])
@@ -293,7 +293,7 @@ def test_a_run_killed_mid_round_resumes_without_redoing_work_and_decides_the_sam
     import sys
     import time
 
-    from longeval.pipeline import run
+    from longeval.run.pipeline import run
     from tests.cli_subprocess import REPO
 
     reference = whole_run[1].adaptive["adaptive"]  # the same config (TINY), uninterrupted
@@ -333,14 +333,15 @@ def test_a_suite_target_run_decides_the_suites_effective_length_and_resumes(tmp_
     (equal rounds), the suite's mean is decided below at both lengths by its own bound, and a rerun does no new
     inference; with the defaults (growing rounds, the length split) and with constant rounds, the equal split and
     the near stop (docs/adaptive.md). The outputs record the schedule used. Rounds of one instance inside shards of
-    three: the engines run exactly the asked positions (`longeval.asked`), and a round cut short finishes only those.
+    three: the engines run exactly the asked positions (`longeval.run.asked`), and a round cut short finishes only
+    those.
     """
-    from longeval.adaptive_run import run_rounds
-    from longeval.asked import ask, read_asked
-    from longeval.models import resolve_model_path
-    from longeval.pipeline import run
-    from longeval.plan import Plan
+    from longeval.engines.models import resolve_model_path
+    from longeval.planning.plan import Plan
     from longeval.records import INSTANCE_SCHEMA
+    from longeval.run.adaptive_rounds import run_rounds
+    from longeval.run.asked import ask, read_asked
+    from longeval.run.pipeline import run
     from longeval.stages.infer import infer
 
     cfg = _cfg(tmp_path, "suite.adaptive_target=suite", "suite.shard_size=3", *schedule)

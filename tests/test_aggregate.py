@@ -6,7 +6,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from longeval.aggregate import (
+from longeval.errors import ConfigError
+from longeval.records import SCORE_SCHEMA
+from longeval.stats.aggregate import (
     CI_BOOTSTRAP,
     CI_WILSON,
     bootstrap_means,
@@ -17,8 +19,6 @@ from longeval.aggregate import (
     summarise,
     wilson_interval,
 )
-from longeval.errors import ConfigError
-from longeval.records import SCORE_SCHEMA
 
 LENGTHS = [4096, 8192, 16384, 32768, 65536, 131072]
 
@@ -230,7 +230,7 @@ def test_pipeline_from_scores_to_headline() -> None:
 
 
 def test_cumulative_scores_are_pointwise_and_up_to_each_length():
-    from longeval.aggregate import cumulative
+    from longeval.stats.aggregate import cumulative
 
     rows = [("m", "f", "t", 1024, 1.0), ("m", "f", "t", 1024, 0.0), ("m", "f", "t", 4096, 1.0),
             ("m", "f", "t", 4096, 1.0), ("m", "f", "t", 4096, None), ("m", "f", "u", 1024, 0.5)]
@@ -247,7 +247,7 @@ def test_cumulative_scores_are_pointwise_and_up_to_each_length():
 
 
 def test_error_table_counts_each_kind_of_failure_per_task_and_length():
-    from longeval.aggregate import error_table
+    from longeval.stats.aggregate import error_table
 
     rows = score_rows([0, 0, 0, 1, 0], error_types=["invalid_path", "invalid_path", "no_answer", "", "null"],
                       task="shortest_path")
@@ -260,7 +260,7 @@ def test_error_table_counts_each_kind_of_failure_per_task_and_length():
 
 
 def test_ladder_puts_the_tasks_of_one_context_side_by_side():
-    from longeval.aggregate import ladder
+    from longeval.stats.aggregate import ladder
     from longeval.tasks.sync import LADDER
 
     rows = []
@@ -277,7 +277,7 @@ def test_ladder_puts_the_tasks_of_one_context_side_by_side():
 
 
 def test_cumulative_with_bucket_weights_discounts_repeated_lengths():
-    from longeval.aggregate import cumulative
+    from longeval.stats.aggregate import cumulative
 
     rows = score_rows([1.0, 1.0, 1.0], target_length=4096) + score_rows([0.0], target_length=8192)
     table = pa.Table.from_pylist(rows, schema=SCORE_SCHEMA)

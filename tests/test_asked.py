@@ -1,4 +1,4 @@
-"""An adaptive run's record of asked positions (`longeval.asked`): what the engines run, what counts as planned."""
+"""An adaptive run's record of asked positions (`longeval.run.asked`): what the engines run, what counts as planned."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from longeval.asked import ASKED_FILE, ask, asked_shards, only_asked, read_asked, seed_asked
-from longeval.config import load_config
-from longeval.plan import make_plan
-from longeval.store import RunRoot
+from longeval.config.schema import load_config
+from longeval.planning.plan import make_plan
+from longeval.run.asked import ASKED_FILE, ask, asked_shards, only_asked, read_asked, seed_asked
+from longeval.store.run_root import RunRoot
 
 BASE = ["model=tiny_random", "suite.tasks=[niah_single_1,vt]", "suite.lengths=[1024,2048]", "suite.samples=8",
         "suite.adaptive=true", "suite.adaptive_target=suite"]

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from longeval.capacity import (
+from longeval.config.schema import ModelConfig, load_config
+from longeval.errors import ConfigError
+from longeval.planning.capacity import (
     GPUS,
     ModelArch,
     Throughput,
@@ -26,8 +28,6 @@ from longeval.capacity import (
     size_for_throughput,
     tensor_parallel_sizes,
 )
-from longeval.config import ModelConfig, load_config
-from longeval.errors import ConfigError
 
 MODELS = Path(__file__).parent / "fixtures" / "models"
 LLAMA = MODELS / "Llama-3.1-8B-Instruct"

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from longeval.compact import compact_predictions
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, ErrorKind, Prediction, latest_predictions
-from longeval.shards import ORPHANS, ShardName, compacted_prefix
 from longeval.stages.infer import final_ids
-from longeval.store import RunRoot
+from longeval.store.compact import compact_predictions
+from longeval.store.run_root import RunRoot
+from longeval.store.shards import ORPHANS, ShardName, compacted_prefix
 from tests.s3server import S3Server
 
 SHARDS = [ShardName("ruler", "vt", 4096, 0, i) for i in range(3)]

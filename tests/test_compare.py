@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from longeval.compare import (
+from longeval.stats.compare import (
     COMPARISON_SCHEMA,
     MCNEMAR,
     PERMUTATION,

@@ -14,11 +14,11 @@ import pyarrow as pa
 import pytest
 
 from longeval.cli import main
-from longeval.config import load_config
-from longeval.consistency import PARTIAL_EXIT, Consistency, State, check_consistency, prediction_fingerprints
-from longeval.pipeline import run
+from longeval.config.schema import load_config
 from longeval.records import PREDICTION_SCHEMA, SCORE_SCHEMA
-from longeval.store import RunRoot
+from longeval.run.consistency import PARTIAL_EXIT, Consistency, State, check_consistency, prediction_fingerprints
+from longeval.run.pipeline import run
+from longeval.store.run_root import RunRoot
 
 SUITE = ["model=tiny_random", "model.engine=stand_in", "suite.tasks=[niah_single_1,vt]", "suite.lengths=[1024,2048]",
          "suite.samples=3", "suite.shard_size=2", "store.cache_instances=false", "cluster.commit_interval_s=0"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from longeval.capacity import ModelArch
-from longeval.cost import DECODE_BANDWIDTH, PEAKS, PREFILL_MFU, call_cost
+from longeval.planning.capacity import ModelArch
+from longeval.planning.cost import DECODE_BANDWIDTH, PEAKS, PREFILL_MFU, call_cost
 
 LLAMA_8B = ModelArch(num_hidden_layers=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=131072,
                      num_attention_heads=32, hidden_size=4096, intermediate_size=14336, vocab_size=128256)

@@ -13,15 +13,15 @@ import pytest
 import wandb_workspaces.reports.v2 as wr
 import wandb_workspaces.workspaces as ws
 
-from longeval import dashboards
 from longeval.cli import main
-from longeval.config import conf_dir, load_config
+from longeval.config.schema import conf_dir, load_config
 from longeval.errors import ConfigError
 from longeval.records import SCORE_SCHEMA
 from longeval.tasks import FAMILIES as FAMILIES_REGISTERED
 from longeval.tasks import TASKS
 from longeval.tasks.family import Family, Panel
-from longeval.tracking import (
+from longeval.tracking import dashboards
+from longeval.tracking.wandb_run import (
     RESULT_TABLES,
     STEP_METRIC,
     TrackingError,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from longeval import dispatch
-from longeval.dispatch import (
+from longeval.stages import dispatch
+from longeval.stages.dispatch import (
     MOVE_SPEEDUP,
     OPEN_SHARDS,
     Work,

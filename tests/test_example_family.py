@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from longeval.errors import ConfigError
-from longeval.plan import ShardSpec
+from longeval.planning.plan import ShardSpec
 from longeval.records import Instance
 from longeval.scoring import score_prediction
 from longeval.stages.generate import generate_shard

@@ -1,4 +1,4 @@
-"""The file layer (`longeval.files`): URI parsing, the S3 endpoint from the environment, stat, listing, open,
+"""The file layer (`longeval.store.location`): URI parsing, the S3 endpoint from the environment, stat, listing, open,
 read and fingerprint, on local disk and on a real S3 server (SeaweedFS on loopback)."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
-from longeval import files
 from longeval.errors import StoreError
-from longeval.files import Location, default_patience, is_transient, s3_endpoint_from_env
+from longeval.store import location as files
+from longeval.store.location import Location, default_patience, is_transient, s3_endpoint_from_env
 
 # -- parsing ---------------------------------------------------------------------------------------------------
 
@@ -224,7 +224,7 @@ def test_local_writes_are_atomic_and_leave_no_temp_files(tmp_path: Path, monkeyp
     def disk_full(fd: int) -> None:  # injected fault: the disk fills up when the file is flushed
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("longeval.files.os.fsync", disk_full)
+    monkeypatch.setattr("longeval.store.location.os.fsync", disk_full)
     with pytest.raises(StoreError, match="No space left"):
         files.write_uri(str(tmp_path / "out" / "pool.parquet"), b"third")
     assert (tmp_path / "out" / "pool.parquet").read_bytes() == b"second"  # the old file, whole

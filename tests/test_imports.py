@@ -16,24 +16,26 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "longeval"
 
 RULES: list[tuple[str, tuple[str, ...], str]] = [
-    ("longeval.tasks", ("longeval.engines", "longeval.pipeline", "longeval.stages", "longeval.store",
-                        "longeval.runtime"), "tasks are pure: data comes through longeval.files"),
+    ("longeval.tasks", ("longeval.engines", "longeval.run.pipeline", "longeval.stages", "longeval.store.run_root",
+                        "longeval.cluster.ray_runtime"), "tasks are pure: data comes through longeval.store.location"),
     ("longeval.scoring", ("longeval.tasks",), "a judge is bound to its task; scorers know no task"),
-    ("longeval.engines", ("longeval.tasks", "longeval.store", "longeval.pipeline", "longeval.stages"),
+    ("longeval.engines", ("longeval.tasks", "longeval.store.run_root", "longeval.run.pipeline", "longeval.stages"),
      "engines return rows; the infer stage writes them"),
-    ("longeval.config", ("longeval.engines",), "config is schema only"),
-    ("longeval.tracking", ("longeval.pipeline", "longeval.stages"), "tracking reads results, never runs a stage"),
-    ("longeval.report", ("longeval.pipeline", "longeval.stages"), "the report reads results, never runs a stage"),
-    ("longeval.dashboards", ("longeval.pipeline", "longeval.stages"), "dashboards read results"),
+    ("longeval.config.schema", ("longeval.engines",), "config is schema only"),
+    ("longeval.tracking.wandb_run", ("longeval.run.pipeline", "longeval.stages"), "tracking reads results, never runs a
+    stage"), ("longeval.report", ("longeval.run.pipeline", "longeval.stages"), "the report reads results, never runs a
+    stage"), ("longeval.tracking.dashboards", ("longeval.run.pipeline", "longeval.stages"), "dashboards read results"),
     ("longeval.text", ("longeval.tasks",), "text is below tasks"),
-    ("longeval.files", ("longeval.store", "longeval.tasks", "longeval.stages", "longeval.pipeline"),
+    ("longeval.store.location", ("longeval.store.run_root", "longeval.tasks", "longeval.stages",
+    "longeval.run.pipeline"),
      "the file layer is below the run store and the tasks"),
 ]
 
 LOCAL_IMPORTS: dict[str, str] = {
     "longeval.cli": "each command imports what it runs in its handler, so `longeval --help` loads no pyarrow, "
                     "OmegaConf or task registry",
-    "longeval.launch": "ray_cluster.sh runs it on login nodes before anything is set up: the standard library and "
+    "longeval.cluster.launch": "ray_cluster.sh runs it on login nodes before anything is set up: the standard library
+    and "
                        "yaml only at module level",
 }
 """The modules allowed function-local longeval imports, and why; never to break an import cycle."""
@@ -93,8 +95,8 @@ def test_layer_does_not_import(layer, forbidden, why):
 
 
 def test_the_checker_sees_function_local_and_relative_imports(tmp_path):
-    assert ("longeval.store" in {n for _, n in imports(PACKAGE / "pipeline.py")}
-            or "longeval.store" in {n for p in PACKAGE.rglob("stages/*.py") for _, n in imports(p)})
+    assert ("longeval.store.run_root" in {n for _, n in imports(PACKAGE / "pipeline.py")}
+            or "longeval.store.run_root" in {n for p in PACKAGE.rglob("stages/*.py") for _, n in imports(p)})
 
 
 def test_longeval_imports_are_at_module_level():

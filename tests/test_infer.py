@@ -14,14 +14,14 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
-from longeval.config import load_config
+from longeval.cluster.launch import loopback_cluster
+from longeval.config.schema import load_config
 from longeval.errors import ConfigError
-from longeval.launch import loopback_cluster
-from longeval.pipeline import run
-from longeval.plan import Pool
+from longeval.planning.plan import Pool
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA
+from longeval.run.pipeline import run
 from longeval.stages.infer import PoolReplicas, bundles, has_room, schedule
-from longeval.store import RunRoot
+from longeval.store.run_root import RunRoot
 
 # 12 samples x 6 tasks = 72 prompts at 4K: 36 per replica, 4.5 engine batches of max_num_seqs 8 each.
 SYNC = ["model=tiny_random", "suite=sync_quick", "suite.samples=12", "suite.shard_size=6",

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from benchmarks.dispatch import duty_cycle
-from longeval.config import load_config
-from longeval.pipeline import run
+from longeval.config.schema import load_config
 from longeval.records import PREDICTION_SCHEMA
-from longeval.store import RunRoot
+from longeval.run.pipeline import run
+from longeval.store.run_root import RunRoot
 
 STAND_IN = ["model=tiny_random", "model.engine=stand_in", "model.name=stand-in", "model.max_num_seqs=4",
             "+model.engine_kwargs.step_s=0.05", "+model.engine_kwargs.rows_per_step=1",

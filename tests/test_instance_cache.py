@@ -13,10 +13,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from longeval.config import load_config
+from longeval.config.schema import load_config
+from longeval.engines.models import resolve_model_path
 from longeval.errors import ConfigError
-from longeval.files import Location
-from longeval.instance_cache import (
+from longeval.planning.plan import make_plan
+from longeval.records import INSTANCE_SCHEMA
+from longeval.stages.generate import ShardGenerator, make_context
+from longeval.stages.instance_cache import (
     DAMAGED,
     InstanceCache,
     cache_uri,
@@ -26,11 +29,8 @@ from longeval.instance_cache import (
     prune,
     shard_key,
 )
-from longeval.models import resolve_model_path
-from longeval.plan import make_plan
-from longeval.records import INSTANCE_SCHEMA
-from longeval.stages.generate import ShardGenerator, make_context
-from longeval.store import RunRoot
+from longeval.store.location import Location
+from longeval.store.run_root import RunRoot
 from longeval.tasks import TASKS
 from longeval.tasks.base import GENERATOR_VERSION
 from longeval.tasks.ruler.templates import TEMPLATES, prompt_fingerprint
@@ -70,12 +70,12 @@ def store_root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 @pytest.fixture
 def codec_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """How often Parquet is encoded (`pq.ParquetWriter`) and decoded (`pq.read_table`) in the store."""
-    import longeval.store
+    import longeval.store.run_root
 
     calls = {"ParquetWriter": 0, "read_table": 0}
 
     def counting(name: str) -> Callable:
-        real = getattr(longeval.store.pq, name)
+        real = getattr(longeval.store.run_root.pq, name)
 
         def spy(*args, **kwargs):
             calls[name] += 1
@@ -84,7 +84,7 @@ def codec_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         return spy
 
     for name in calls:
-        monkeypatch.setattr(longeval.store.pq, name, counting(name))
+        monkeypatch.setattr(longeval.store.run_root.pq, name, counting(name))
     return calls
 
 
@@ -156,7 +156,7 @@ def test_a_damaged_cache_entry_is_generated_again_with_a_warning(
     cache = RunRoot(cache_uri(store_root, None))
     cache.write_bytes(f"instances/{keys[0]}.parquet", b"PAR1 damaged")  # other bytes than committed
     cache.write_text(f"_manifest/instances/{keys[2]}.json", "{not json")  # a commit record cut short
-    with caplog.at_level(logging.WARNING, logger="longeval.instance_cache"):
+    with caplog.at_level(logging.WARNING, logger="longeval.stages.instance_cache"):
         cached, root_b = _generate("model=tiny_random", f"store.root={store_root}", "run_name=b")
     assert cached == [False, True, False, True]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

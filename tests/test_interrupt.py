@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from longeval import interrupt, lease
-from longeval.store import RunRoot
+from longeval.cluster import interrupt
+from longeval.store import lease
+from longeval.store.run_root import RunRoot
 from tests.cli_subprocess import REPO
 
 

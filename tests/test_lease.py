@@ -1,4 +1,4 @@
-"""The run root's lease (`longeval.lease`): on a local folder and on a real S3 server (SeaweedFS), racing
+"""The run root's lease (`longeval.store.lease`): on a local folder and on a real S3 server (SeaweedFS), racing
 acquirers, takeover of stale, dead and released leases, release on errors; and one end-to-end test, a second
 `longeval run` refused while the first runs."""
 
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from longeval import lease
-from longeval.config import load_config
+from longeval.config.schema import load_config
 from longeval.errors import ConfigError, LeaseHeldError
-from longeval.files import Location
-from longeval.lease import Holder, acquire, claim_name, current
-from longeval.store import RunRoot
+from longeval.store import lease
+from longeval.store.lease import Holder, acquire, claim_name, current
+from longeval.store.location import Location
+from longeval.store.run_root import RunRoot
 
 ACQUIRERS = 6
 
@@ -158,7 +158,7 @@ def test_a_live_holder_on_another_host_is_refused_until_stale(root: RunRoot, cap
     with pytest.raises(LeaseHeldError, match="host elsewhere pid 4242"):
         _take(root)
     _plant(root, heartbeat=time.time() - 301)
-    with caplog.at_level(logging.WARNING, logger="longeval.lease"):
+    with caplog.at_level(logging.WARNING, logger="longeval.store.lease"):
         taken = _take(root)
     assert taken.holder.generation == 2
     assert "taking over the lease" in caplog.text and "host elsewhere pid 4242" in caplog.text
@@ -171,7 +171,7 @@ def test_a_dead_pid_on_this_host_is_taken_over_at_once(root: RunRoot, caplog) ->
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     _plant(root, host=socket.gethostname(), pid=gone.pid)
-    with caplog.at_level(logging.WARNING, logger="longeval.lease"):
+    with caplog.at_level(logging.WARNING, logger="longeval.store.lease"):
         taken = _take(root)
     assert f"pid {gone.pid} no longer runs on this host" in caplog.text
     taken.release()
@@ -196,7 +196,7 @@ def test_release_frees_the_root_for_the_next_run_without_a_takeover(root: RunRoo
     first = _take(root)
     first.release()
     assert current(root).released
-    with caplog.at_level(logging.WARNING, logger="longeval.lease"):
+    with caplog.at_level(logging.WARNING, logger="longeval.store.lease"):
         second = _take(root)
     assert second.holder.generation == 2 and "taking over" not in caplog.text
     second.release()
@@ -215,7 +215,7 @@ def test_the_heartbeat_is_renewed_and_a_lost_lease_noticed(root: RunRoot, caplog
     held = _take(root, heartbeat_s=0.2)
     first = held.holder.heartbeat
     assert _wait(lambda: current(root).heartbeat > first)
-    with caplog.at_level(logging.ERROR, logger="longeval.lease"):
+    with caplog.at_level(logging.ERROR, logger="longeval.store.lease"):
         thief = _take(RunRoot(root.uri), take_over=True)
         assert _wait(lambda: held.lost)
     assert "lost the lease" in caplog.text and thief.holder.run_id in caplog.text
@@ -257,7 +257,7 @@ def test_a_reader_warns_and_goes_on_while_a_writer_refuses(root: RunRoot, caplog
     _plant(root)
     with pytest.raises(LeaseHeldError), lease.hold(root, store, command="longeval infer", writer=True):
         pass
-    with caplog.at_level(logging.WARNING, logger="longeval.lease"), \
+    with caplog.at_level(logging.WARNING, logger="longeval.store.lease"), \
             lease.hold(root, store, command="longeval score", writer=False) as held:
         assert held is None
     warning = lease.writer_warning(root)
@@ -313,7 +313,6 @@ def test_a_second_run_on_a_held_root_refuses_at_once(tmp_path: Path, tiny_model_
 
 def test_compare_and_report_warn_about_a_root_being_written(tmp_path: Path, capsys) -> None:
     from longeval import cli
-
     root = RunRoot(str(tmp_path / "run"))
     cli._warn_if_written([root.uri])
     assert capsys.readouterr().out == ""
@@ -333,7 +332,7 @@ def test_a_taken_over_runs_replica_writer_commits_nothing_more(root: RunRoot) ->
     that error instead of restarting the replica (`stop_on_fatal`)."""
     import ray.exceptions
 
-    from longeval.config import StoreConfig
+    from longeval.config.schema import StoreConfig
     from longeval.errors import LeaseLostError
     from longeval.records import PREDICTION_SCHEMA, Prediction
     from longeval.stages.infer import _Writer, stop_on_fatal

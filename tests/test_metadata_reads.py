@@ -11,17 +11,17 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from longeval.compact import compact_predictions
-from longeval.config import load_config
-from longeval.dispatch import Work
+from longeval.config.schema import load_config
 from longeval.errors import DamagedShardError
-from longeval.followup import write_followups
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, Prediction
-from longeval.shards import ShardName
+from longeval.stages.dispatch import Work
+from longeval.stages.followup import write_followups
 from longeval.stages.infer import META_COLUMNS, PromptReader, pending_predictions, pool_shards, schedule
 from longeval.stages.score import scoring_input
 from longeval.stages.summarise import planned_ids, rows_with_meta, run_status
-from longeval.store import RunRoot
+from longeval.store.compact import compact_predictions
+from longeval.store.run_root import RunRoot
+from longeval.store.shards import ShardName
 
 TOKENS = 1_000_000  # per prompt: a 1M-token instance
 ROWS = 4

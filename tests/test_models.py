@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from longeval import models
+from longeval.engines import models
 from longeval.errors import ModelPathError
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
@@ -186,7 +186,7 @@ def test_fingerprint_of_a_folder_without_tokenizer(tmp_path: Path) -> None:
 
 def test_built_model_dir_finds_a_built_packaged_model_without_building(monkeypatch, tmp_path, smollm2_path):
     """Planning reads a packaged model's config.json only if setup has built it: it never converts one."""
-    from longeval.models import built_model_dir
+    from longeval.engines.models import built_model_dir
 
     assert built_model_dir("packaged:smollm2") == smollm2_path
     assert built_model_dir("/models/Llama-3.1-8B-Instruct") is None  # not an alias

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from longeval.config import load_config
+from longeval.config.schema import load_config
 from longeval.errors import ConfigError
-from longeval.plan import make_plan, size_pool
+from longeval.planning.plan import make_plan, size_pool
 
 
 def test_shards_cover_every_instance_once():

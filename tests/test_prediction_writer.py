@@ -7,7 +7,7 @@ import time
 
 from longeval.records import PREDICTION_SCHEMA, Prediction
 from longeval.stages.infer import _Writer
-from longeval.store import RunRoot
+from longeval.store.run_root import RunRoot
 
 
 def _rows(start: int, n: int) -> list[dict]:

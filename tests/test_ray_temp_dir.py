@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from longeval.runtime import _AF_UNIX_MAX, _RAY_SOCKET_SUFFIX, ray_temp_dir
+from longeval.cluster.ray_runtime import _AF_UNIX_MAX, _RAY_SOCKET_SUFFIX, ray_temp_dir
 
 # What Ray appends below its temp dir, measured from a real failure in CI.
 SOCKET = "/session_2026-11-22_11-55-01_452831_21479/sockets/plasma_store"

@@ -8,9 +8,9 @@ import logging
 import pytest
 import yaml
 
-from longeval.config import load_config, redactor, to_yaml
+from longeval.config.redaction import HIDDEN, Redactor, is_secret_name, redacted_logs
+from longeval.config.schema import load_config, redactor, to_yaml
 from longeval.errors import ConfigError
-from longeval.redaction import HIDDEN, Redactor, is_secret_name, redacted_logs
 
 
 @pytest.mark.parametrize("name", ["HF_TOKEN", "DB_PASS", "OPENAI_KEY", "DB_PWD", "auth", "api_key", "x-api-key",

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from longeval.capacity import check_runnable
-from longeval.config import ModelConfig, load_config
+from longeval.config.schema import ModelConfig, load_config
+from longeval.engines.rope import Rotary, check_built, check_rope_overrides, declared_rotary, vllm_rotary
 from longeval.errors import ConfigError
-from longeval.rope import Rotary, check_built, check_rope_overrides, declared_rotary, vllm_rotary
+from longeval.planning.capacity import check_runnable
 from tests.rope_layouts import (
     LAYOUTS,
     QWEN_1M_YARN_LLAMA_BASE,
@@ -136,7 +136,7 @@ def test_vllm_rotary_matches_vllms_own_config_handling(tmp_path: Path) -> None:
     pytest.importorskip("vllm")
     from vllm.config import ModelConfig as VllmModelConfig
 
-    from longeval.rope import _rotary
+    from longeval.engines.rope import _rotary
 
     for i, (layout, overrides) in enumerate(CROSS):
         folder = tmp_path / f"{i}-{layout}"

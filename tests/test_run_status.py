@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from longeval.cli import main
-from longeval.config import load_config
-from longeval.consistency import PARTIAL_EXIT
-from longeval.pipeline import run
+from longeval.config.schema import load_config
+from longeval.run.consistency import PARTIAL_EXIT
+from longeval.run.pipeline import run
 from longeval.stages.summarise import run_status
-from longeval.store import RunRoot
+from longeval.store.run_root import RunRoot
 
 TINY = ["model=tiny_random", "suite.tasks=[niah_single_1]", "suite.lengths=[1024]", "suite.samples=3",
         "suite.shard_size=2"]

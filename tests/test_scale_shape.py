@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from benchmarks.scale import S3Meter
-from longeval.store import RunRoot
+from longeval.store.run_root import RunRoot
 from tests.cli_subprocess import flat, longeval
 from tests.s3server import S3Server, find_weed, start_seaweedfs
 

@@ -10,14 +10,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from longeval.compact import compact_predictions
-from longeval.config import load_config
+from longeval.cluster.ray_runtime import init_ray
+from longeval.config.schema import load_config
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, Prediction
-from longeval.runtime import init_ray
 from longeval.scoring.deadline import DeadlineScorer
-from longeval.shards import ShardName
 from longeval.stages.score import score, scoring_input, scoring_units
-from longeval.store import RunRoot
+from longeval.store.compact import compact_predictions
+from longeval.store.run_root import RunRoot
+from longeval.store.shards import ShardName
 from longeval.tasks import judge_for
 
 ROWS = 4

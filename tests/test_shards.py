@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from longeval.config import load_config
+from longeval.config.schema import load_config
 from longeval.errors import StoreError
-from longeval.plan import make_plan
-from longeval.shards import ShardName
+from longeval.planning.plan import make_plan
+from longeval.store.shards import ShardName
 
 parts = st.text(st.characters(min_codepoint=ord("0"), max_codepoint=ord("z"), exclude_characters="./\\"),
                 min_size=1, max_size=12)

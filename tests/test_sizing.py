@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from longeval import sizing, store
-from longeval.capacity import find_model_arch, kv_cache_tokens
-from longeval.config import load_config
-from longeval.cost import call_cost
-from longeval.plan import make_plan
-from longeval.sizing import TaskFigures, figures_for, size_suite, task_figures
+from longeval.config.schema import load_config
+from longeval.planning import sizing
+from longeval.planning.capacity import find_model_arch, kv_cache_tokens
+from longeval.planning.cost import call_cost
+from longeval.planning.plan import make_plan
+from longeval.planning.sizing import TaskFigures, figures_for, size_suite, task_figures
+from longeval.store import run_root as store
 from longeval.tasks import TASKS, get_task
 
 ENDS = (1024, 1048576)

@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from longeval.errors import StoreError
-from longeval.files import ENDPOINT_ENV_VARS
 from longeval.records import PREDICTION_SCHEMA, Prediction
-from longeval.store import RunRoot
+from longeval.store.location import ENDPOINT_ENV_VARS
+from longeval.store.run_root import RunRoot
 from tests.s3server import S3Server, seaweedfs  # noqa: F401  (the module-scoped server fixture)
 
 PREFIX = "run1"

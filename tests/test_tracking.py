@@ -15,13 +15,14 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from longeval import pipeline, tracking
-from longeval.config import load_config
+from longeval.config.schema import load_config
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
-from longeval.store import RunRoot
+from longeval.run import pipeline
+from longeval.store.run_root import RunRoot
 from longeval.tasks import FAMILIES
 from longeval.tasks.family import Family, SummaryTable
-from longeval.tracking import (
+from longeval.tracking import wandb_run as tracking
+from longeval.tracking.wandb_run import (
     INSTANCE_COLUMNS,
     HeatmapSpec,
     Logged,

@@ -20,10 +20,10 @@ import pyarrow as pa
 from longeval import __version__
 from longeval.builders.complete import Completer, Request
 from longeval.builders.embed import Embedder
-from longeval.config import Config
+from longeval.config.schema import Config
 from longeval.errors import ConfigError
 from longeval.records import content_id
-from longeval.store import RunRoot
+from longeval.store.run_root import RunRoot
 from longeval.tasks.tail import (
     DEFAULT_DEPTHS,
     Stage,

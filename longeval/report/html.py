@@ -27,7 +27,6 @@ import pyarrow as pa
 from matplotlib.figure import Figure
 
 from longeval import __version__
-from longeval.compare import OVERALL, Comparison, compare_scores
 from longeval.errors import ConfigError, LongevalError, OutputError
 from longeval.report import plots
 from longeval.report.adaptive import effective_length_text, schedule_text
@@ -44,7 +43,8 @@ from longeval.report.runs import (
     unique_labels,
 )
 from longeval.report.table import format_length
-from longeval.store import RunRoot
+from longeval.stats.compare import OVERALL, Comparison, compare_scores
+from longeval.store.run_root import RunRoot
 from longeval.tasks import FAMILIES
 
 __all__ = ["Cell", "FigureBlock", "PairView", "ReportResult", "Row", "Section", "TableBlock", "TextBlock",

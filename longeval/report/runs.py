@@ -19,12 +19,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from longeval.config import Config, validate
-from longeval.consistency import Consistency, State, check_root, planned_ids, summaries_current
+from longeval.config.schema import Config, validate
 from longeval.errors import ConfigError, StaleScoresError, StoreError
-from longeval.provenance import COMPARED_SETTINGS, COMPARED_VERSIONS, run_identity, stored_config
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, ErrorKind
-from longeval.store import RunRoot
+from longeval.run.consistency import Consistency, State, check_root, planned_ids, summaries_current
+from longeval.run.provenance import COMPARED_SETTINGS, COMPARED_VERSIONS, run_identity, stored_config
+from longeval.store.run_root import RunRoot
 from longeval.tasks import FAMILIES, TASKS
 from longeval.text.corpus import comparable_with_ruler
 
@@ -37,7 +37,7 @@ SUMMARY_NAMES = COMMON_SUMMARY_NAMES + tuple(t.name for f in FAMILIES.values() f
 """The summary tables the summarise stage writes, in the order a report reads them: the common ones, then those
 the families declare."""
 ADAPTIVE_SUMMARY_NAMES = ("adaptive", "adaptive_lengths", "adaptive_groups")
-"""Written besides them by an adaptive run (`longeval.adaptive_run`), read when present."""
+"""Written besides them by an adaptive run (`longeval.run.adaptive_rounds`), read when present."""
 
 _OUTPUT_CHARS = 2000
 INSTANCE_ROW_COLUMNS = ["instance_id", "input_tokens", "references"]
@@ -64,7 +64,7 @@ class RunData:
     notes: tuple[str, ...] = ()
     """What a reader must know to compare this run's numbers elsewhere (see `essay_note`)."""
     status: dict[str, Any] | None = None
-    """The run's status as checked now (`longeval.consistency`, what status.json holds): whether every planned
+    """The run's status as checked now (`longeval.run.consistency`, what status.json holds): whether every planned
     instance has its prediction and a score from it."""
     problem: str = ""
     """What is missing or partial about the run, in one line ("" when complete and current): the report's banner."""

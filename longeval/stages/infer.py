@@ -2,7 +2,7 @@
 
 A pool's replicas are Ray actors, each in a placement group of its own (one bundle per tensor-parallel rank on
 GPUs, so Ray places and sees every rank). The driver splits the pool's prompts over the replicas
-(`longeval.dispatch`: fair shares of tokens, prompts with one context on one replica) and hands each replica
+(`longeval.stages.dispatch`: fair shares of tokens, prompts with one context on one replica) and hands each replica
 its whole list; the replica keeps its engine full (`VllmEngine.stream`) and a writer thread commits finished
 predictions to the run root while the engine computes, so a kill -9 loses only the rows in flight.
 
@@ -32,24 +32,33 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from longeval import interrupt
-from longeval.asked import only_asked
-from longeval.compact import compact_predictions
-from longeval.config import Config, Dispatch
-from longeval.dispatch import OPEN_SHARDS, OUTPUT_WEIGHT, Work, WorkQueue, assign, cost_of, group_by_context, reads
+from longeval.cluster import interrupt
+from longeval.config.redaction import Redactor
+from longeval.config.schema import Config, Dispatch
 from longeval.engines import replica_engine_class
 from longeval.engines.openai_compat import ApiPredictor
 from longeval.engines.vllm_engine import Partial, Request
 from longeval.errors import DiskFullError, LeaseLostError, LongevalError, find_error
-from longeval.followup import write_followups
 from longeval.heap import release_freed_memory
-from longeval.lease import held_generation, superseded
-from longeval.plan import Plan, Pool, in_plan, suite_seq_tokens
-from longeval.plan import size_pool as plan_size_pool
+from longeval.planning.plan import Plan, Pool, in_plan, suite_seq_tokens
+from longeval.planning.plan import size_pool as plan_size_pool
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, ErrorKind, Prediction, prediction_table
-from longeval.redaction import Redactor
-from longeval.shards import ShardName
-from longeval.store import PROMPT_GROUP_BYTES, Elsewhere, RunRoot, prompt_group_bytes
+from longeval.run.asked import only_asked
+from longeval.stages.dispatch import (
+    OPEN_SHARDS,
+    OUTPUT_WEIGHT,
+    Work,
+    WorkQueue,
+    assign,
+    cost_of,
+    group_by_context,
+    reads,
+)
+from longeval.stages.followup import write_followups
+from longeval.store.compact import compact_predictions
+from longeval.store.lease import held_generation, superseded
+from longeval.store.run_root import PROMPT_GROUP_BYTES, Elsewhere, RunRoot, prompt_group_bytes
+from longeval.store.shards import ShardName
 from longeval.tasks import TASKS
 
 log = logging.getLogger(__name__)
@@ -74,7 +83,7 @@ def final_ids(root: RunRoot) -> set[str]:
 def infer(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None, *,
           engines: Engines | None = None) -> int:
     """Run every instance without a final prediction, then the second calls of two-call tasks
-    (`longeval.followup`) until every chain is complete; returns how many prompts were handled.
+    (`longeval.stages.followup`) until every chain is complete; returns how many prompts were handled.
 
     `engines`: replicas kept from an earlier call (an adaptive run's rounds); without it, the engines live for
     this call only (the follow-up calls reuse them).
@@ -515,7 +524,7 @@ class _Writer:
 
     Rows are gathered for up to `interval_s` after the first of them finished (or `max_rows` of them), then
     committed as one part: a kill -9 loses at most that much finished work, and a long stage leaves one small
-    file per interval per replica, not one per row (the stage merges them at its end, `longeval.compact`).
+    file per interval per replica, not one per row (the stage merges them at its end, `longeval.store.compact`).
 
     `fence`: the generation of the root's lease its driver holds. Before each part the writer checks that no
     later claim exists (`lease.superseded`, one HEAD): a killed driver's replicas live on for about a second (Ray

@@ -15,9 +15,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from longeval.errors import LengthError
-from longeval.files import fingerprint
 from longeval.records import Instance, content_id
 from longeval.scoring.judgement import Judge
+from longeval.store.location import fingerprint
 from longeval.text.corpus import essays_identity
 from longeval.text.fit import context_budget, fit_context  # noqa: F401  (their home before longeval.text.fit)
 from longeval.text.pieces import Piece, assemble
@@ -103,7 +103,7 @@ def data_fingerprint(data: DataPaths) -> str:
 
 
 file_fingerprint = fingerprint
-"""A data file's identity (`longeval.files.fingerprint`), part of every instance id."""
+"""A data file's identity (`longeval.store.location.fingerprint`), part of every instance id."""
 
 
 class Generator(Protocol):
@@ -137,7 +137,7 @@ class TaskSpec:
     suite changes the params; None keeps `max_new_tokens`."""
     followup: Callable[..., Draft | None] | None = None
     """Builds a second call from the first call's output (LongBench v2's CoT answer call); instances that
-    need one carry `"followup": true` in their meta (see `longeval.followup`)."""
+    need one carry `"followup": true` in their meta (see `longeval.stages.followup`)."""
     followup_budget: int = 0
     decoding_deviation: str = ""
     """How our greedy decoding departs from the paper's, recorded in every instance's meta

@@ -48,7 +48,7 @@ class SummaryTable:
 
 @dataclass(frozen=True)
 class Panel:
-    """One of a family's own views in its section of the W&B dashboards (`longeval.dashboards`)."""
+    """One of a family's own views in its section of the W&B dashboards (`longeval.tracking.dashboards`)."""
 
     title: str = ""
     """Shown after the family's title (`LongBench v2: accuracy by domain (%)`); unused for a table."""

@@ -11,13 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from longeval.cli import main
-from longeval.config import ApiConfig, load_config
-from longeval.consistency import PARTIAL_EXIT
+from longeval.config.schema import ApiConfig, load_config
 from longeval.engines.openai_compat import ApiPredictor, chat_messages, retry_after_s
 from longeval.errors import ConfigError
-from longeval.pipeline import run
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
-from longeval.store import RunRoot
+from longeval.run.consistency import PARTIAL_EXIT
+from longeval.run.pipeline import run
+from longeval.store.run_root import RunRoot
 from tests.apiserver import ApiServer, RateLimiter, vllm_server  # noqa: F401
 from tests.s3server import _free_ports
 

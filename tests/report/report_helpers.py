@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from longeval.config import to_yaml, validate
-from longeval.consistency import prediction_fingerprints
+from longeval.config.schema import to_yaml, validate
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, content_id
+from longeval.run.consistency import prediction_fingerprints
 from longeval.stages.summarise import report
-from longeval.store import RunRoot
+from longeval.store.run_root import RunRoot
 
 LENGTHS = (4096, 8192, 16384)
 RULER_TASKS = ("niah_single_1", "vt", "cwe")

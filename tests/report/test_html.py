@@ -11,10 +11,10 @@ from html.parser import HTMLParser
 
 import pyarrow as pa
 
-from longeval.aggregate import headline, length_table, summarise
-from longeval.compare import compare_scores
 from longeval.report.html import PairView, build_page, families
 from longeval.report.runs import RunData, unique_labels
+from longeval.stats.aggregate import headline, length_table, summarise
+from longeval.stats.compare import compare_scores
 
 HOSTILE = '<script>alert("x")</script>'
 
@@ -186,9 +186,9 @@ def test_a_runs_note_reaches_the_page() -> None:
 
 
 def test_the_html_table_gives_a_near_threshold_length_the_range_a_full_sweep_could_give() -> None:
-    from longeval.adaptive_run import CELL_SCHEMA, LENGTH_SCHEMA
     from longeval.report.html import adaptive_section
     from longeval.report.runs import RunData
+    from longeval.run.adaptive_rounds import CELL_SCHEMA, LENGTH_SCHEMA
 
     cells = pa.Table.from_pylist([{"task": "ruler/vt", "target_length": 4096, "instances": 500, "cap": 500,
                                    "decision": "above", "decided_early": False, "beats_shorter": False,

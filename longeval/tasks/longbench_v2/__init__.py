@@ -89,7 +89,7 @@ LONGBENCH_V2_TASKS: tuple[TaskSpec, ...] = (
              followup_budget=COT_ANSWER_MAX_NEW_TOKENS, decoding_deviation=DECODING_DEVIATION),
 )
 """The registry entry; `budget` gives the CoT call its 1024 tokens when a suite sets `cot=true`, and
-`followup` makes the pipeline ask the answer call with the chain of thought quoted (`longeval.followup`)."""
+`followup` makes the pipeline ask the answer call with the chain of thought quoted (`longeval.stages.followup`)."""
 
 LONGBENCH_V2_SCORERS: dict[str, Judge] = {METRIC: score_longbench_v2}
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from longeval.aggregate import ladder
 from longeval.report.table import render_ladder
 from longeval.scoring.judgement import Judgement
+from longeval.stats.aggregate import ladder
 from longeval.tasks.base import Draft, TaskSpec
 from longeval.tasks.family import Family, Panel, SummaryTable
 from longeval.tasks.sync.graph import (

@@ -3,9 +3,9 @@
 Each round asks, for every (task, length) cell still undecided, for its next positions of the full sweep's plan
 (`suite.adaptive_step` of them, growing by the schedule; with `suite.shuffle`, positions in the cell's seeded
 random order, so a round is a random sample of the cell), and runs the shards that hold them through the
-pipeline's own stages (the engines run only the asked positions, `longeval.asked`): `stages.generate`, `stages.infer`,
-`stages.score`. Decisions (longeval.adaptive) are recomputed from the scores on disk before every round, so a
-crash resumes where it stopped, a finished root does no new inference, and the same seed gives the same
+pipeline's own stages (the engines run only the asked positions, `longeval.run.asked`): `stages.generate`,
+`stages.infer`, `stages.score`. Decisions (longeval.stats.adaptive) are recomputed from the scores on disk before every
+round, so a crash resumes where it stopped, a finished root does no new inference, and the same seed gives the same
 decisions. Extending an adaptive root to the full sweep is a rerun with `suite.adaptive=false` and the root's
 shard size and order: the missing shards are simply generated.
 """
@@ -19,7 +19,18 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from longeval.adaptive import (
+from longeval.cluster.ray_runtime import init_ray
+from longeval.config.schema import Config
+from longeval.errors import ConfigError
+from longeval.planning.capacity import find_model_arch
+from longeval.planning.cost import DEFAULT_GPU, Cost, call_cost, replica_shape
+from longeval.planning.plan import Plan, ShardSpec, make_plan, samples_per_length
+from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
+from longeval.run.asked import ask, asked_shards, seed_asked, unmade_shards
+from longeval.stages.generate import generate
+from longeval.stages.infer import Engines, infer
+from longeval.stages.score import score
+from longeval.stats.adaptive import (
     ABOVE,
     BELOW,
     CellState,
@@ -31,18 +42,7 @@ from longeval.adaptive import (
     next_group_round,
     next_round,
 )
-from longeval.asked import ask, asked_shards, seed_asked, unmade_shards
-from longeval.capacity import find_model_arch
-from longeval.config import Config
-from longeval.cost import DEFAULT_GPU, Cost, call_cost, replica_shape
-from longeval.errors import ConfigError
-from longeval.plan import Plan, ShardSpec, make_plan, samples_per_length
-from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
-from longeval.runtime import init_ray
-from longeval.stages.generate import generate
-from longeval.stages.infer import Engines, infer
-from longeval.stages.score import score
-from longeval.store import RunRoot
+from longeval.store.run_root import RunRoot
 from longeval.tasks import skill_group
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ def read_cells(root: RunRoot, scores: pa.Table | None = None, *, plan: Plan | No
 
 
 def gpu_hours(cfg: Config, cells: Mapping[tuple[str, int], Cell]) -> tuple[str, dict[tuple[str, int], float]] | None:
-    """The planner's GPU-hours per cell for the instances it holds (`longeval.cost`), on cluster.gpu, or on
+    """The planner's GPU-hours per cell for the instances it holds (`longeval.planning.cost`), on cluster.gpu, or on
     cost.DEFAULT_GPU when the run names none; None when the model's shapes are unknown (an API model)."""
     try:
         arch = find_model_arch(cfg.model)
@@ -186,7 +186,7 @@ def run_rounds(cfg: Config, root: RunRoot, model_path: str, progress=None, *, ke
     `suite.adaptive_target` groups or suite: until every targeted group's effective length is decided); returns
     rounds run now.
 
-    A round asks for positions (`longeval.asked`), generates the shards that hold them and runs those positions
+    A round asks for positions (`longeval.run.asked`), generates the shards that hold them and runs those positions
     only. The engines stay up from round to round (`stages.infer.Engines`), sized once from the suite's plan;
     `keep_engines=False` starts them anew every round (the baseline of `benchmarks/adaptive_engines.py`).
     """
@@ -240,7 +240,7 @@ LENGTH_SCHEMA = pa.schema([
     ("near_threshold", pa.bool_()), ("noise_low", pa.int64()), ("noise_high", pa.int64()), ("bound", pa.string())])
 """`bound` (both tables): what decided the row: `cells` (a task's own cells), `member bounds` (a group's interval
 averages its members' bounds, each at alpha / members: `suite.adaptive_target=tasks`) or `group mean` (the anytime
-bound on the stratified mean of the members, longeval.adaptive.stratified_bound: `groups`, `suite`)."""
+bound on the stratified mean of the members, longeval.stats.adaptive.stratified_bound: `groups`, `suite`)."""
 GROUP_SCHEMA = pa.schema([
     ("group", pa.string()), ("target_length", pa.int64()), ("members", pa.int64()), ("columns", pa.int64()),
     ("score", pa.float64()), ("ci_low", pa.float64()), ("ci_high", pa.float64()), ("decision", pa.string()),

@@ -4,7 +4,7 @@ Replicas commit finished predictions as small parts (`part-<hash>`, one per `clu
 replica), so a kill -9 loses little. A full suite would leave tens of thousands of them, and every reader of
 the stage (resume, scoring, status, the report, tracking) would list and open each one, on S3 a request or
 three apiece. So the infer stage merges them when it resumes and when it ends: the parts and earlier merged
-files of an instance shard become one file, `<shard>.p<tag>` (`longeval.shards`), holding one prediction per
+files of an instance shard become one file, `<shard>.p<tag>` (`longeval.store.shards`), holding one prediction per
 instance, the one every reader would pick (`records.latest_predictions`).
 
 Crash safety is by order. The merged file is written and committed first; only then are the files it replaces
@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, content_id, latest_predictions
-from longeval.shards import ORPHANS, ShardName, compacted_name, compacted_prefix
-from longeval.store import RunRoot
+from longeval.store.run_root import RunRoot
+from longeval.store.shards import ORPHANS, ShardName, compacted_name, compacted_prefix
 
 __all__ = ["SHARD_COLUMNS", "Compaction", "compact_predictions", "shard_prefixes"]
 

@@ -8,7 +8,7 @@ pipe whose only writer is the driver, so end of file means the driver is gone, w
 when the head processes are gone (a `ray.shutdown()` in a process that lives on). Meanwhile it keeps a list of
 their descendants, since the agents are the raylet's children and are orphaned the moment it dies.
 
-    python -m longeval.reaper PID:START ...     (started by runtime.init_ray, not by hand)
+    python -m longeval.cluster.reaper PID:START ...     (started by runtime.init_ray, not by hand)
 
 Only the standard library and psutil are imported: it starts in a fraction of a second.
 """
@@ -49,7 +49,7 @@ def watch(since: float) -> subprocess.Popen | None:
             continue
     if not heads:  # nothing to tell a shut-down Ray from a running one by: better no watcher than a wrong one
         return None
-    watcher = subprocess.Popen([sys.executable, "-m", "longeval.reaper", *heads], stdin=subprocess.PIPE,
+    watcher = subprocess.Popen([sys.executable, "-m", "longeval.cluster.reaper", *heads], stdin=subprocess.PIPE,
                                start_new_session=True)  # a Ctrl-C in the terminal is the driver's to handle
     _watchers.append(watcher)
     return watcher

@@ -1,11 +1,11 @@
 """The names of instance shards on disk: built and parsed here, nowhere else.
 
 A generated shard is `<family>.<task>.L<target_length>.s<seed>.<shard_index:05d>` (`plan.ShardSpec`); the
-follow-up instances of two-call tasks (`longeval.followup`) are written beside it as `<that name>f<tag>`, the tag
+follow-up instances of two-call tasks (`longeval.stages.followup`) are written beside it as `<that name>f<tag>`, the tag
 a short content hash of their ids. Run roots hold these names, so the format never changes.
 
 The predictions stage holds parts (`part-<hash>`, one per commit of a replica's writer) until the infer stage
-merges them (`longeval.compact`) into one file per generated instance shard: `<its name>.p<tag>`, the tag a
+merges them (`longeval.store.compact`) into one file per generated instance shard: `<its name>.p<tag>`, the tag a
 short content hash of its rows. Predictions of instances in no shard go to `orphans.p<tag>`.
 """
 

@@ -19,7 +19,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from longeval.capacity import (
+from longeval.config.schema import Config, ModelConfig
+from longeval.errors import ConfigError
+from longeval.planning.capacity import (
     VLLM_MIN_DEFAULT_BATCHED_TOKENS,
     Placement,
     check_runnable,
@@ -30,10 +32,8 @@ from longeval.capacity import (
     plan_bucket,
     size_for_throughput,
 )
-from longeval.config import Config, ModelConfig
-from longeval.errors import ConfigError
-from longeval.files import Location
-from longeval.shards import ShardName
+from longeval.store.location import Location
+from longeval.store.shards import ShardName
 from longeval.tasks import get_task, sampling
 
 
@@ -233,7 +233,7 @@ def make_pools(cfg: Config) -> list[Pool]:
 
     With `cluster.gpu` set (and an engine that runs on our GPUs), each bucket's tensor_parallel_size,
     replicas, max_num_seqs and max_num_batched_tokens come from the memory arithmetic in
-    `longeval.capacity`; without it, every pool takes them from the model and cluster config.
+    `longeval.planning.capacity`; without it, every pool takes them from the model and cluster config.
     """
     buckets = _length_buckets(cfg)
     if cfg.cluster.gpu is None or cfg.model.engine == "openai":

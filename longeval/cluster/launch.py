@@ -1,9 +1,11 @@
 """Small helpers for launching longeval as a Ray job, used by cluster/ray_cluster.sh and the cluster tests.
 
-    python -m longeval.launch free-ports N             N distinct free TCP ports, one line
-    python -m longeval.launch runtime-env FILE NAMES   the job's runtime_env as JSON: FILE plus NAMES from the env
-    python -m longeval.launch job-exit-code ADDR ID RC  the exit code of Ray job ID (RC: `ray job submit`'s own)
-    python -m longeval.launch sweep TAG [--since-pid P]  stop the processes that carry LONGEVAL_RAY_TAG=TAG
+    python -m longeval.cluster.launch free-ports N             N distinct free TCP ports, one line
+    python -m longeval.cluster.launch runtime-env FILE NAMES   the job's runtime_env as JSON: FILE plus NAMES from
+                                                               the env
+    python -m longeval.cluster.launch job-exit-code ADDR ID RC  the exit code of Ray job ID (RC: `ray job submit`'s
+                                                               own)
+    python -m longeval.cluster.launch sweep TAG [--since-pid P]  stop the processes that carry LONGEVAL_RAY_TAG=TAG
 
 The tag is how a cluster finds its own processes: cluster/ray_cluster.sh exports LONGEVAL_RAY_TAG before it
 starts Ray, and every Ray process (GCS, raylet, dashboard, workers, the job's driver, which Ray starts in a
@@ -150,7 +152,7 @@ def loopback_cluster(nodes: int = 2, *, num_cpus: int = 2, num_gpus: int = 1,
     import ray
     from ray.cluster_utils import Cluster
 
-    from longeval.runtime import ray_temp_dir  # with config and pyarrow: not at module level (see above)
+    from longeval.cluster.ray_runtime import ray_temp_dir  # with config and pyarrow: not at module level (see above)
 
     if ray.is_initialized():
         ray.shutdown()
@@ -172,7 +174,7 @@ def loopback_cluster(nodes: int = 2, *, num_cpus: int = 2, num_gpus: int = 1,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m longeval.launch", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m longeval.cluster.launch", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("free-ports")
     p.add_argument("count", type=int)

@@ -7,7 +7,7 @@ which only becomes visible when complete), then a small commit record `<root>/_m
 crash, or half-written by a store without atomic publish, is never read. Resume is therefore just "skip the
 names in `shard_names(stage)`": a crash loses at most the shards in flight.
 
-Files are reached through `longeval.files` (URI parsing, the S3 endpoint and credentials, listing, retries of
+Files are reached through `longeval.store.location` (URI parsing, the S3 endpoint and credentials, listing, retries of
 transient S3 errors for up to `patience_s` seconds); `probe()` checks a store once, quickly, so a mistyped
 endpoint fails at once instead.
 """
@@ -35,9 +35,9 @@ import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from longeval.errors import DamagedShardError, StoreError
-from longeval.files import CopyKind, Location
 from longeval.heap import release_freed_memory
-from longeval.shards import PART_PREFIX
+from longeval.store.location import CopyKind, Location
+from longeval.store.shards import PART_PREFIX
 
 __all__ = ["LEGACY_STAGES", "CopiedShard", "Elsewhere", "RunRoot", "StoredShard"]
 
@@ -224,7 +224,7 @@ def _damaged_page(exc: OSError) -> _Unreadable | None:
 @dataclass(frozen=True)
 class CopiedShard:
     """What `RunRoot.copy_shard` published: the shard's rows and bytes (from its commit record), and how the data
-    file got there (`longeval.files.CopyKind`: "link", "copy", "server-side copy" or "stream")."""
+    file got there (`longeval.store.location.CopyKind`: "link", "copy", "server-side copy" or "stream")."""
 
     rows: int
     bytes: int
@@ -270,7 +270,7 @@ class StoredShard:
 class RunRoot:
     """The folder (or S3 prefix) that holds everything one evaluation run writes.
 
-    `uri` and the retry settings are those of `longeval.files.Location`, which every file access goes through.
+    `uri` and the retry settings are those of `longeval.store.location.Location`, which every file access goes through.
 
     `remember_listings`: list each stage folder once and keep the names, updated by this object's own writes and
     deletes (on S3 a listing is a request per 1,000 keys, and a driver asks for a stage's shards a dozen times

@@ -4,8 +4,8 @@ Views: a leaderboard across models (the runs table pinned to RULER's headline co
 Avg, wAvg and the effective length), length curves (every run's score against context length, overlaid),
 one section per registered family (`longeval.tasks.FAMILIES`: task curves, headline bars and the views the
 family declares, `Family.panels`), and the depth x length heatmaps. Every metric key comes from
-`longeval.tracking`'s key functions, the same ones the logger uses, so a panel never asks for a key that no run
-logs.
+`longeval.tracking.wandb_run`'s key functions, the same ones the logger uses, so a panel never asks for a key that no
+run logs.
 
 Building the objects needs neither network nor credentials (tests build them); `create` saves them to W&B
 and needs both, failing with a `TrackingError` that says what is missing.
@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from longeval.config import conf_dir, group_choices
+from longeval.config.schema import conf_dir, group_choices
 from longeval.errors import ConfigError
 from longeval.tasks import FAMILIES, get_task
 from longeval.tasks.family import Panel
-from longeval.tracking import (
+from longeval.tracking.wandb_run import (
     COUNT_METRICS,
     HEADLINE_METRICS,
     STEP_METRIC,

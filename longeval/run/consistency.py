@@ -15,10 +15,8 @@ from enum import StrEnum
 
 import pyarrow as pa
 
-from longeval.asked import only_asked
-from longeval.config import Config
-from longeval.followup import parents_with_followups
-from longeval.plan import in_plan, make_plan
+from longeval.config.schema import Config
+from longeval.planning.plan import in_plan, make_plan
 from longeval.records import (
     INSTANCE_SCHEMA,
     PREDICTION_SCHEMA,
@@ -27,7 +25,9 @@ from longeval.records import (
     content_id,
     latest_predictions,
 )
-from longeval.store import RunRoot
+from longeval.run.asked import only_asked
+from longeval.stages.followup import parents_with_followups
+from longeval.store.run_root import RunRoot
 
 PREDICTION_KEY = ("instance_id", "attempt", "model_id", "output_tokens", "finish_reason", "cached_prompt_tokens",
                   "latency_s", "error", "replica", "node", "engine_step")

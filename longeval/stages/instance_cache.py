@@ -30,9 +30,9 @@ from typing import Any
 
 from longeval import __version__
 from longeval.errors import ConfigError, StoreError
-from longeval.plan import ShardSpec
+from longeval.planning.plan import ShardSpec
 from longeval.records import content_id
-from longeval.store import CopiedShard, RunRoot, StoredShard
+from longeval.store.run_root import CopiedShard, RunRoot, StoredShard
 from longeval.tasks import get_task
 from longeval.tasks.base import output_budget
 

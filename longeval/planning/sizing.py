@@ -1,6 +1,6 @@
 """Sizing before running: the disk, host memory, generation CPU and GPU time a planned suite takes on a cluster.
 
-Pure arithmetic on a `Plan`, like `longeval.capacity`: no Ray, no engine, no data. `longeval plan` prints it.
+Pure arithmetic on a `Plan`, like `longeval.planning.capacity`: no Ray, no engine, no data. `longeval plan` prints it.
 Every figure is a measured quantity times a count the plan knows (instances, shards, in-flight prompts), so each
 line of the output can be checked by hand:
 
@@ -13,7 +13,7 @@ line of the output can be checked by hand:
   the suite's tokens.
 * **generation CPU**: CPU-seconds per instance measured for each task and length, plus each actor's first
   instance of a cell (the warm-up of its caches), over `cluster.generate_parallelism` actors.
-* **GPU time and wall time**: `longeval.cost`'s roofline estimate of every call on its pool's replica shape,
+* **GPU time and wall time**: `longeval.planning.cost`'s roofline estimate of every call on its pool's replica shape,
   spread over the pool's GPUs; pools run one after the other, after generation.
 
 The per-task figures come from `benchmarks/sizing_figures.py` (real shards from the real generator, committed
@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from longeval.capacity import GIB, MIB, ModelArch, find_model_arch, kv_cache_tokens
-from longeval.config import Config, Dispatch, Engine
-from longeval.cost import DEFAULT_GPU, Cost, call_cost, replica_shape
-from longeval.instance_cache import cache_uri
-from longeval.plan import Plan, Pool, size_pool, suite_seq_tokens
-from longeval.store import prompt_group_bytes
+from longeval.config.schema import Config, Dispatch, Engine
+from longeval.planning.capacity import GIB, MIB, ModelArch, find_model_arch, kv_cache_tokens
+from longeval.planning.cost import DEFAULT_GPU, Cost, call_cost, replica_shape
+from longeval.planning.plan import Plan, Pool, size_pool, suite_seq_tokens
+from longeval.stages.instance_cache import cache_uri
+from longeval.store.run_root import prompt_group_bytes
 from longeval.tasks import get_task
 from longeval.tasks.base import output_budget
 from longeval.text.render import prompt_format
@@ -106,7 +106,7 @@ def _interpolate(xs: tuple[int, ...], ys: tuple[float, ...], x: int) -> float:
 
 @cache
 def _measured() -> tuple[str, dict[str, TaskFigures], dict[str, float]]:
-    data = json.loads(resources.files("longeval").joinpath(FIGURES_FILE).read_text(encoding="utf-8"))
+    data = json.loads(resources.files("longeval.planning").joinpath(FIGURES_FILE).read_text(encoding="utf-8"))
     return (data["measured"], {task: TaskFigures.from_json(entry) for task, entry in data["tasks"].items()},
             data.get("families", {}))
 

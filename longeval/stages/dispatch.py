@@ -63,8 +63,8 @@ OUTPUT_WEIGHT = 8
 """How many prompt tokens one output token counts as in a prompt's cost (`cost_of`). An engine prefills a prompt's
 tokens many to a step but generates one token per answer per step: on this project's 2-core machine a replica
 prefilled about 320 prompt tokens a second and generated about 48 (8 answers at 6 a second), and by the roofline
-(`longeval.cost`) an 8B model on an A100 spends 4 (4K prompts, full batch) to 37 (128K) times as long on an output
-token as on a prompt token. Counted as one, every prompt of `benchmarks/dispatch.py` (1K, budgets 16 to 512) cost
+(`longeval.planning.cost`) an 8B model on an A100 spends 4 (4K prompts, full batch) to 37 (128K) times as long on an
+output token as on a prompt token. Counted as one, every prompt of `benchmarks/dispatch.py` (1K, budgets 16 to 512) cost
 about 1,024, longest-first went shard by shard, and whether the slowed replica started on all the 512-token answers
 was chance (every run that missed its target did)."""
 

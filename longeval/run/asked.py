@@ -17,9 +17,9 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-from longeval.config import Config
-from longeval.plan import Plan, ShardSpec, make_plan
-from longeval.store import RunRoot
+from longeval.config.schema import Config
+from longeval.planning.plan import Plan, ShardSpec, make_plan
+from longeval.store.run_root import RunRoot
 
 __all__ = ["ASKED_FILE", "ask", "asked_shards", "only_asked", "read_asked", "seed_asked", "unmade_shards"]
 

@@ -9,15 +9,15 @@ compute-bound when that is slower. A replica of TP GPUs has TP times the FLOPs a
 
 The efficiencies are what vLLM reaches on A100s for long prompts in published measurements (40-60 % MFU in
 prefill, 60-80 % of bandwidth in decode); the estimate is for planning and comparing, within a factor of about
-1.5, not a promise. Shapes come from `longeval.capacity.ModelArch`.
+1.5, not a promise. Shapes come from `longeval.planning.capacity.ModelArch`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longeval.capacity import ModelArch, get_gpu, kv_cache_tokens, plan_bucket
-from longeval.config import ModelConfig
+from longeval.config.schema import ModelConfig
+from longeval.planning.capacity import ModelArch, get_gpu, kv_cache_tokens, plan_bucket
 
 PREFILL_MFU = 0.5
 DECODE_BANDWIDTH = 0.7
@@ -40,7 +40,7 @@ PEAKS: dict[str, GpuPeak] = {
     "a40_48gb": GpuPeak(149.7, 696.0),
     "h100_80gb": GpuPeak(989.0, 3350.0),
 }
-"""Keyed like `longeval.capacity.GPUS` (the `cluster.gpu` presets)."""
+"""Keyed like `longeval.planning.capacity.GPUS` (the `cluster.gpu` presets)."""
 
 DEFAULT_GPU = "a100_80gb"
 """The GPU an estimate is made for when the run names none (a CPU run, or cluster.gpu unset)."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from longeval.config import Config
+from longeval.config.schema import Config
 from longeval.records import (
     INSTANCE_SCHEMA,
     PREDICTION_SCHEMA,
@@ -30,9 +30,9 @@ from longeval.records import (
     prediction_table,
 )
 from longeval.scoring.deadline import import_plugins
-from longeval.shards import ShardName
 from longeval.stages.generate import make_context
-from longeval.store import RunRoot
+from longeval.store.run_root import RunRoot
+from longeval.store.shards import ShardName
 from longeval.tasks import TASKS, get_task
 from longeval.tasks.base import make_instance
 

@@ -22,10 +22,10 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from longeval.config import ModelConfig
+from longeval.config.schema import ModelConfig
+from longeval.engines.models import built_model_dir
+from longeval.engines.rope import check_rope_overrides, checkpoint_theta, text_config
 from longeval.errors import ConfigError
-from longeval.models import built_model_dir
-from longeval.rope import check_rope_overrides, checkpoint_theta, text_config
 
 KIB = 2**10
 MIB = 2**20
@@ -354,7 +354,7 @@ class Placement:
     max_model_len: int
     max_num_seqs: int
     """Sequences of max_model_len that fit at once (at least 1), or model.max_num_seqs when set: the worst
-    case. `longeval.plan.size_pool` sizes the pool's real value from its prompts (`size_for_throughput`)."""
+    case. `longeval.planning.plan.size_pool` sizes the pool's real value from its prompts (`size_for_throughput`)."""
     max_num_batched_tokens: int
     kv_bytes_per_token: int
     """The whole model's KV cache per token (all layers and KV heads)."""
@@ -468,7 +468,8 @@ def dual_chunk_refusal(trained: int | None) -> str:
 
 def check_runnable(model: ModelConfig) -> None:
     """Refuse, before any engine starts, a model the pinned vLLM cannot load (dual chunk attention), or one whose
-    `hf_overrides` would make vLLM build another rotary embedding than the checkpoint declares (`longeval.rope`).
+    `hf_overrides` would make vLLM build another rotary embedding than the checkpoint declares
+    (`longeval.engines.rope`).
 
     Reads only those keys (config.json, `model.architecture`, `hf_overrides`), so a model whose shapes the planner
     cannot parse still runs.

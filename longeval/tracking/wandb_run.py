@@ -2,12 +2,12 @@
 
 Two layers. The pure one turns what the summarise stage wrote into payloads — `summary_metrics`,
 `length_history`, `instance_tables`, `plot_specs`, `config_payload` — with key names built by the
-`*_key` functions below, which `longeval.dashboards` uses too, so a dashboard can never ask for a key that
+`*_key` functions below, which `longeval.tracking.dashboards` uses too, so a dashboard can never ask for a key that
 is not logged. The thin side-effect layer (`WandbTracker`) hands those payloads to wandb and records each
 hand-over in `tracker.logged`, which is what tests check (wandb's offline files have no Python reader).
 
 Tracking never fails or blocks an evaluation: every W&B call is guarded, and an error becomes a warning (on
-the `longeval.tracking` logger and as a `TrackingWarning`) while the run goes on. Nothing here imports wandb
+the `longeval.tracking.wandb_run` logger and as a `TrackingWarning`) while the run goes on. Nothing here imports wandb
 unless `tracking.backend=wandb`. No credential reaches W&B: the config, the run's name, group and tags, and every
 warning pass through the run's `Redactor` (`config.redactor`, the one config.yaml and the engine records are written
 through), and wandb's own capture of the command line, git remote and console is off.
@@ -37,12 +37,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from longeval.aggregate import EFFECTIVE_LENGTH_THRESHOLD, headline, length_table
-from longeval.config import Config, redactor, to_yaml
+from longeval.config.schema import Config, redactor, to_yaml
 from longeval.errors import LongevalError
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, latest_predictions
-from longeval.shards import ShardName
-from longeval.store import RunRoot
+from longeval.stats.aggregate import EFFECTIVE_LENGTH_THRESHOLD, headline, length_table
+from longeval.store.run_root import RunRoot
+from longeval.store.shards import ShardName
 from longeval.tasks import FAMILIES
 
 __all__ = [
@@ -270,7 +270,7 @@ STATUS_COUNTS = ("complete", "instances", "predicted", "engine_errors", "scored"
 
 
 def status_metrics(status: Mapping[str, Any]) -> dict[str, float]:
-    """status.json (`longeval.consistency`, written by the report just before) as `status/<count>` (`complete`:
+    """status.json (`longeval.run.consistency`, written by the report just before) as `status/<count>` (`complete`:
     1 or 0): a dashboard shows a partial run as partial, not as a finished one with lower numbers."""
     return {f"status/{key}": float(status[key]) for key in STATUS_COUNTS if key in status}
 

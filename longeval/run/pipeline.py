@@ -12,24 +12,25 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from longeval import lease, tracking
-from longeval.adaptive_run import run_rounds, write_adaptive
-from longeval.asked import only_asked
-from longeval.config import Config, redactor
-from longeval.consistency import Consistency, State, check_root
+from longeval.cluster.ray_runtime import check_shared_storage, init_ray
+from longeval.cluster.ray_runtime import unwrap_ray_errors as _unwrap_ray_errors
+from longeval.config.redaction import redacted_logs
+from longeval.config.schema import Config, redactor
+from longeval.engines.models import resolve_model_path
 from longeval.errors import ConfigError, DamagedShardError, StaleScoresError, StoreError
-from longeval.followup import write_followups
-from longeval.models import resolve_model_path
-from longeval.plan import Plan, make_plan
-from longeval.provenance import _check_same_config, older_default_root, write_provenance
-from longeval.redaction import redacted_logs
-from longeval.runtime import check_shared_storage, init_ray
-from longeval.runtime import unwrap_ray_errors as _unwrap_ray_errors
+from longeval.planning.plan import Plan, make_plan
+from longeval.run.adaptive_rounds import run_rounds, write_adaptive
+from longeval.run.asked import only_asked
+from longeval.run.consistency import Consistency, State, check_root
+from longeval.run.provenance import _check_same_config, older_default_root, write_provenance
+from longeval.stages.followup import write_followups
 from longeval.stages.generate import generate, preflight
 from longeval.stages.infer import infer, pending_predictions
 from longeval.stages.score import score, score_fingerprint, scores_current
 from longeval.stages.summarise import RunResult, report
-from longeval.store import LEGACY_STAGES, RunRoot
+from longeval.store import lease
+from longeval.store.run_root import LEGACY_STAGES, RunRoot
+from longeval.tracking import wandb_run as tracking
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ STAGES = ("generate", "infer", "score", "report")
 
 
 def run(cfg: Config, *, stages: Iterable[str] = STAGES, progress=None) -> RunResult:
-    """Run `stages` on the config's run root, holding the root's lease (`longeval.lease`): a second run that would
+    """Run `stages` on the config's run root, holding the root's lease (`longeval.store.lease`): a second run that would
     generate or infer on the same root refuses, one that only scores or reports warns.
 
     What needs no Ray is checked before anything is written (the config, the data files, the root's own config),

@@ -12,10 +12,10 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from longeval import interrupt, reaper
-from longeval.config import Config
+from longeval.cluster import interrupt, reaper
+from longeval.config.schema import Config
 from longeval.errors import ConfigError, LongevalError, RayStartError, find_error
-from longeval.store import RunRoot
+from longeval.store.run_root import RunRoot
 
 if TYPE_CHECKING:
     import ray

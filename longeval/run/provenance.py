@@ -13,10 +13,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from longeval import __version__
-from longeval.config import ADAPTIVE_SHARD_SIZE, GROUP_SHARD_SIZE, SCHEDULE_BEFORE, Config, conform, to_yaml
+from longeval.config.schema import ADAPTIVE_SHARD_SIZE, GROUP_SHARD_SIZE, SCHEDULE_BEFORE, Config, conform, to_yaml
 from longeval.errors import ConfigError
-from longeval.plan import make_plan
-from longeval.store import RunRoot
+from longeval.planning.plan import make_plan
+from longeval.store.run_root import RunRoot
 from longeval.tasks.base import DataPaths, data_fingerprint
 from longeval.tasks.ruler.templates import TEMPLATES_FINGERPRINT
 from longeval.text.corpus import essays_identity

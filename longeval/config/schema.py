@@ -24,10 +24,10 @@ import yaml
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ConfigTypeError, OmegaConfBaseException, ValidationError
 
-from longeval.adaptive import COLUMN_POWER
+from longeval.config.redaction import PUBLIC_ENV, Redactor, is_secret_name
 from longeval.errors import ConfigError
-from longeval.redaction import PUBLIC_ENV, Redactor, is_secret_name
 from longeval.scoring.deadline import import_plugins
+from longeval.stats.adaptive import COLUMN_POWER
 from longeval.tasks import check_overrides, get_task, sampling, selected_overrides
 from longeval.text.render import prompt_format
 
@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 
 class Dispatch(StrEnum):
-    """`cluster.dispatch`: how a pool's prompts reach its replicas (longeval/dispatch.py)."""
+    """`cluster.dispatch`: how a pool's prompts reach its replicas (longeval/stages/dispatch.py)."""
 
     dynamic = "dynamic"
     """One work queue per pool; each replica takes the next context whenever its engine has a free slot, so a
@@ -133,7 +133,7 @@ class ModelConfig:
     enable_prefix_caching: bool = True
     max_num_seqs: int | None = None
     """Sequences an engine runs at once. None: sized per pool from its KV cache and its prompts' lengths
-    (`longeval.capacity.size_for_throughput`); a number is passed to vLLM as given."""
+    (`longeval.planning.capacity.size_for_throughput`); a number is passed to vLLM as given."""
     max_num_batched_tokens: int | None = None
     """Prefill tokens per engine step (chunked prefill). None: GPU planning's choice, else vLLM's default."""
     gpu_memory_utilization: float = 0.9
@@ -223,11 +223,11 @@ class SuiteConfig:
     adaptive_step: int | None = None
     """Instances each undecided cell (a group's member task) gets in the first round, and the unit of later ones.
     Need not fill a shard: a round generates whole shards and runs only the instances it asks for; the others
-    wait for a later round (`longeval.asked`). Unset: `GROUP_STEP` (1) for `adaptive_target=suite|groups`,
+    wait for a later round (`longeval.run.asked`). Unset: `GROUP_STEP` (1) for `adaptive_target=suite|groups`,
     `shard_size * adaptive_round` for `tasks`."""
     adaptive_growth: float | None = None
     """Round schedule: a cell (a group's length) at n instances gets the largest whole number of rounds not above
-    (adaptive_growth - 1) * n next, at least one (`longeval.adaptive.Settings.round_growth`). 1.0: constant
+    (adaptive_growth - 1) * n next, at least one (`longeval.stats.adaptive.Settings.round_growth`). 1.0: constant
     rounds. With small shards (`shard_size=2`) and 1.25, rounds start small and grow for the lengths that stay
     open (docs/adaptive.md, "Round schedule"). Unset: 1.25 (`GROUP_GROWTH`) for `adaptive_target=suite|groups`,
     where it was measured to help, 1.0 for `tasks`."""
@@ -242,9 +242,9 @@ class SuiteConfig:
     """How `1 - adaptive_confidence` is split over a task's (a group's) lengths: `equal` shares, or `length`, in
     proportion to the length, so the dear long lengths decide sooner (docs/adaptive.md). Unset: `length` for
     `adaptive_target=suite|groups`, `equal` for `tasks`. A run root keeps the split (and schedule) it was sampled
-    with: a rerun that would change them is refused (`longeval.provenance`)."""
+    with: a rerun that would change them is refused (`longeval.run.provenance`)."""
     adaptive_column_power: float | None = None
-    """The prior of a group's bettors (`longeval.adaptive.column_fractions`): 1 is the uniform grid, higher packs
+    """The prior of a group's bettors (`longeval.stats.adaptive.column_fractions`): 1 is the uniform grid, higher packs
     the bets towards the largest (a column average of k tasks has about 1/k of one task's variance). Unset:
     `adaptive.COLUMN_POWER` (8, benchmarks/README.md, "A prior for the column averages") for
     `adaptive_target=suite|groups`, 1 for `tasks`; a run root keeps the one it was sampled with, and one from
@@ -312,7 +312,7 @@ class ClusterConfig:
     gpu: str | None = None
     """GPU type for planning (a100_40gb, a100_80gb, a40_48gb, h100_80gb). Set, each pool gets its own
     tensor_parallel_size, replicas, max_num_seqs and max_num_batched_tokens from the memory arithmetic
-    (longeval/capacity.py), overriding replicas and gpus_per_replica above. None: no GPU planning."""
+    (longeval/planning/capacity.py), overriding replicas and gpus_per_replica above. None: no GPU planning."""
     num_gpus: int = 0
     """GPUs in the whole cluster: a pool runs num_gpus // tensor_parallel_size replicas."""
     gpus_per_node: int = 8
@@ -335,7 +335,7 @@ class StoreConfig:
     """The local `root` is on a filesystem every Ray node mounts at the same path (NFS, Lustre, ...). A run on a
     cluster of more than one node refuses a local root without it: each node would write to its own disk."""
     lease_heartbeat_s: float = 30.0
-    """How often a run renews the heartbeat of its lease on the run root (`_lease/`, longeval/lease.py)."""
+    """How often a run renews the heartbeat of its lease on the run root (`_lease/`, longeval/store/lease.py)."""
     lease_stale_s: float = 300.0
     """A lease whose heartbeat is older than this is stale: its holder is taken for dead and the next run takes
     it over. Keep it well above lease_heartbeat_s and above the clock skew between hosts."""
@@ -348,7 +348,7 @@ class StoreConfig:
 class TrackingConfig:
     """Where a job's results go besides its run root: nowhere (`none`) or one W&B run (`wandb`).
 
-    Tracking never fails an evaluation: a W&B error is a warning and the run goes on (`longeval.tracking`).
+    Tracking never fails an evaluation: a W&B error is a warning and the run goes on (`longeval.tracking.wandb_run`).
     """
 
     name: str = "none"
@@ -392,7 +392,7 @@ class Config:
     the suite's tasks, lengths, samples, seed and params (`suite_hash`)."""
     public_keys: list[str] = field(default_factory=list)
     """Keys whose values are not secret and are written in clear: `model.env` variables (every other value there
-    is hidden, besides the engine settings in `longeval.redaction.PUBLIC_ENV`) and secret-looking names that are
+    is hidden, besides the engine settings in `longeval.config.redaction.PUBLIC_ENV`) and secret-looking names that are
     not credentials, e.g. public_keys=[VLLM_PLUGINS,SORT_KEY]."""
     plugins: list[str] = field(default_factory=list)
     """Modules imported before planning and scoring, on the driver and in the scoring processes: they may
@@ -417,7 +417,7 @@ def suite_hash(suite: SuiteConfig) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:8]
 
 
-PACKAGED_CONF = Path(__file__).resolve().parents[1] / "conf"
+PACKAGED_CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 def conf_dir() -> Path:
@@ -904,7 +904,7 @@ def check_api(model: ModelConfig) -> None:
 
 
 def redactor(cfg: Config, environ: Mapping[str, str] | None = None) -> Redactor:
-    """What this run must hide wherever it writes (`longeval.redaction`): the secrets of its config and of the
+    """What this run must hide wherever it writes (`longeval.config.redaction`): the secrets of its config and of the
     environment (`environ`, default: this process's), less `public_keys`."""
     return Redactor.of(_container(cfg), environ=environ)
 

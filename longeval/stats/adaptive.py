@@ -1,6 +1,6 @@
 """Adaptive length sweeps: anytime-valid confidence bounds, per-cell decisions and the next round's allocation.
 
-Pure functions, no Ray and no I/O: `longeval.adaptive_run` feeds them the scores on disk, and
+Pure functions, no Ray and no I/O: `longeval.run.adaptive_rounds` feeds them the scores on disk, and
 `benchmarks/adaptive.py` replays them on recorded or synthetic scores.
 
 The bounds are betting confidence sequences of Waudby-Smith & Ramdas, "Estimating means of bounded random

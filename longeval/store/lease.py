@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from longeval.errors import LeaseHeldError, StoreError
-from longeval.store import RunRoot
+from longeval.store.run_root import RunRoot
 
 if TYPE_CHECKING:
-    from longeval.config import StoreConfig
+    from longeval.config.schema import StoreConfig
 
 __all__ = ["LEASE_DIR", "Holder", "Lease", "acquire", "claim_name", "current", "held_generation", "held_message",
            "hold", "superseded", "writer_warning"]
