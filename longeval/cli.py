@@ -62,7 +62,7 @@ def _progress() -> Progress:
 
 
 def _print_results(result) -> None:
-    from longeval.report.table import render_errors, render_results
+    from longeval.report.table import render_declared, render_errors, render_results
     from longeval.tasks import FAMILIES
 
     status = result.status or {}
@@ -78,7 +78,7 @@ def _print_results(result) -> None:
         for declared in family.tables:
             table = result.tables.get(declared.name)
             if declared.render is not None and table is not None and table.num_rows:
-                console.print(declared.render(table))
+                console.print(render_declared(declared.render, table))
     if getattr(result, "adaptive", None):
         from longeval.report.adaptive import render_adaptive
 

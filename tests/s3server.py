@@ -268,7 +268,7 @@ def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 @pytest.fixture
 def s3_env(seaweedfs: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
     """The module's server, with longeval's and boto3's environment pointed at it (and nothing else)."""
-    from longeval.store.location import ENDPOINT_ENV_VARS
+    from longeval.store.s3 import ENDPOINT_ENV_VARS
 
     for var in (*ENDPOINT_ENV_VARS, "AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(var, raising=False)

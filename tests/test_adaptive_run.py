@@ -257,7 +257,7 @@ def test_terminal_view_shows_decisions_intervals_and_compute():
          "decision": "above"},
         {**group, "target_length": 8192, "columns": 0, "score": None, "ci_low": 0.0, "ci_high": 100.0,
          "decision": "undecided"}], schema=GROUP_SCHEMA)
-    from longeval.tracking.wandb_run import summary_metrics
+    from longeval.tracking.payloads import summary_metrics
 
     tasks = pa.Table.from_pylist([{"model_id": "m", "family": "ruler", "task": "niah_single_1", "target_length": 4096,
                                    "score": 100.0, "n": 50}])
@@ -311,7 +311,8 @@ def test_a_run_killed_mid_round_resumes_without_redoing_work_and_decides_the_sam
     proc.wait(timeout=30)
     # The killed driver's replicas outlive it by about a second (Ray's workers end when their raylet does): seen
     # committing 2 parts a second after the kill. The rerun starts at once and takes the lease over; from then on
-    # their writers refuse to commit (`infer._Writer`'s fence), so nothing it lists as not done gets done twice.
+    # their writers refuse to commit (`infer.PredictionWriter`'s fence), so nothing it lists as not done gets done
+    # twice.
     shards = {p.name: p.stat().st_mtime_ns for p in (Path(root.uri) / "instances").glob("*.parquet")}
     before = root.read_stage("predictions", PREDICTION_SCHEMA, columns=["instance_id"]).num_rows
     assert shards and before > 0

@@ -21,16 +21,9 @@ from longeval.tasks import FAMILIES as FAMILIES_REGISTERED
 from longeval.tasks import TASKS
 from longeval.tasks.family import Family, Panel
 from longeval.tracking import dashboards
-from longeval.tracking.wandb_run import (
-    RESULT_TABLES,
-    STEP_METRIC,
-    TrackingError,
-    family_metric_key,
-    length_history,
-    load_tables,
-    plot_specs,
-    summary_metrics,
-)
+from longeval.tracking.credentials import TrackingError
+from longeval.tracking.keys import RESULT_TABLES, STEP_METRIC, family_metric_key
+from longeval.tracking.payloads import length_history, load_tables, plot_specs, summary_metrics
 from tests import tracking_fixtures
 
 LENGTHS = (1024, 2048)

@@ -1,6 +1,6 @@
 """A full disk stops a run with one line naming the file and the fix, at every stage that writes, and is never
 taken for an engine failure. Most tests inject ENOSPC with a mock of the lowest-level write (`os.fsync` in
-`longeval.store.location`); the last fills a real 64 KiB tmpfs where this user may mount one."""
+`longeval.store.local`); the last fills a real 64 KiB tmpfs where this user may mount one."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def _full(fd: int) -> None:
 def test_a_full_disk_at_the_store_edge_is_one_line_naming_the_file(tmp_path, monkeypatch) -> None:
     """Mock of `os.fsync` raising ENOSPC."""
     root = RunRoot(str(tmp_path / "run"))
-    monkeypatch.setattr("longeval.store.location.os.fsync", _full)
+    monkeypatch.setattr("longeval.store.local.os.fsync", _full)
     table = Prediction(instance_id="i", model_id="m", output="", output_tokens=0, finish_reason="stop",
                        cached_prompt_tokens=0, latency_s=0.0).to_row()
     import pyarrow as pa
@@ -55,7 +55,7 @@ def test_a_generation_actor_returns_a_full_disk_as_data(tmp_path, monkeypatch) -
                        "store.cache_instances=false", f"store.root={tmp_path}", "run_name=r"])
     generator = ShardGenerator(cfg, str(resolve_model_path(cfg.model.path)), cfg.run_root)
     row = make_plan(cfg).shards[0].to_row()
-    monkeypatch.setattr("longeval.store.location.os.fsync", _full)
+    monkeypatch.setattr("longeval.store.local.os.fsync", _full)
     out = generator({k: np.array([v]) for k, v in row.items()})
     assert out["disk_full"] == [f"cannot write {tmp_path}/r/instances/{make_plan(cfg).shards[0].name}.parquet: {FIX}"]
 
@@ -75,10 +75,11 @@ def test_a_replica_that_died_of_a_full_disk_stops_the_run_instead_of_restarting(
     """Mock of `os.fsync` raising ENOSPC under the predictions writer; the driver's check gets the Ray error."""
     import ray.exceptions
 
-    from longeval.stages.infer import _Writer, stop_on_fatal
+    from longeval.stages.infer import PredictionWriter, stop_on_fatal
 
-    writer = _Writer(RunRoot(str(tmp_path)), extra={"model_id": "m", "replica": "r0", "node": "n"}, interval_s=0.0)
-    monkeypatch.setattr("longeval.store.location.os.fsync", _full)
+    writer = PredictionWriter(RunRoot(str(tmp_path)), extra={"model_id": "m", "replica": "r0", "node": "n"},
+                              interval_s=0.0)
+    monkeypatch.setattr("longeval.store.local.os.fsync", _full)
     writer.put([Prediction(instance_id="i", model_id="m", output="", output_tokens=0, finish_reason="stop",
                            cached_prompt_tokens=0, latency_s=0.0).to_row()])
     with pytest.raises(DiskFullError) as info:  # the engine's thread sees the disk full as itself

@@ -8,9 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from longeval.stages import dispatch
-from longeval.stages.dispatch import (
-    MOVE_SPEEDUP,
+from longeval.stages.infer import dispatch
+from longeval.stages.infer.dispatch import (
     OPEN_SHARDS,
     Work,
     WorkQueue,
@@ -19,6 +18,7 @@ from longeval.stages.dispatch import (
     reads,
     shares,
 )
+from longeval.stages.infer.speeds import MOVE_SPEEDUP
 
 
 def _rows(n: int, *, per_context: int = 1, cost: int = 100) -> list[Work]:
@@ -459,7 +459,7 @@ def test_the_pools_end_counts_what_the_engines_ran_not_only_what_finished():
             got = queue.take(0, 1, finished=[got[0].instance_id], now=t)
         if t == 24:
             queue.take(1, 1, finished=["i0000"], now=t)
-        queue.report({1: dict.fromkeys(queue.held[1], max(0, (t - 8) // 2))}, now=t)
+        queue.report({1: dict.fromkeys(queue.held(1), max(0, (t - 8) // 2))}, now=t)
         assert queue.reclaims() == ({1: ["i0001"]} if t == 24 else {}), t
 
 
@@ -475,7 +475,7 @@ def test_a_replicas_speed_counts_what_its_engine_ran():
     queue.report({1: {"i0002": 5, "i0003": 10}}, now=15.0)
     queue.take(1, 1, given_back={"i0002": (tuple(range(20)), "so far")}, now=20.0)
     assert queue.events()[-1]["speeds"] == {0: 10.0, 1: 11.5}
-    assert queue._speeds(20.0, ran=False) == {0: 10.0, 1: 6.0}
+    assert queue.speeds(20.0, ran=False) == {0: 10.0, 1: 6.0}
 
 
 @pytest.mark.parametrize(("generated", "moves"), [(15, True), (98, False)])
@@ -491,7 +491,7 @@ def test_the_engines_progress_tells_which_answer_is_near_its_end(generated: int,
     assert queue.take(0, 1, finished=["i0002", "i0003"], now=4.0) == []
     queue.take(1, 1, progress={"i0000": 5, "i0001": generated - 10}, now=10.0)
     assert queue.take(1, 1, finished=["i0000"], progress={"i0001": generated}, now=20.0) is None
-    assert queue.decode == {0: [20.0, 1.0], 1: [10.0, 10.0]}
+    assert queue.estimates.decode == {0: (20.0, 1.0), 1: (10.0, 10.0)}
     assert queue.take(0, 1, now=21.0) == []
     assert queue.reclaims() == ({1: ["i0001"]} if moves else {})
 
@@ -520,8 +520,8 @@ def test_progress_the_driver_reads_between_asks_counts_as_on_an_ask():
     assert [w.instance_id for w in queue.take(0, 1, now=0.0)] == ["i0"]
     queue.report({0: {"i0": 10}}, now=5.0)
     queue.report({0: {"i0": 30, "not-held": 5}, 7: {"x": 1}}, now=7.0)  # not its prompt, not a replica: ignored
-    assert queue.decode[0] == [20.0, 2.0] and queue.generated == {"i0": (30, 7.0)}
-    assert queue.take(0, 1, finished=["i0"], now=8.0) is None and queue.generated == {}
+    assert queue.estimates.decode[0] == (20.0, 2.0) and queue.estimates.generated == {"i0": (30, 7.0)}
+    assert queue.take(0, 1, finished=["i0"], now=8.0) is None and queue.estimates.generated == {}
 
 
 @pytest.mark.parametrize("end", ["ran_out", "give_back", "retire"])
@@ -531,9 +531,9 @@ def test_a_replica_let_go_leaves_no_progress_behind(end: str) -> None:
     queue = WorkQueue([Work(f"i{k}", f"c{k}", 200, "s", budget=100) for k in range(4)], 2)
     queue.take(0, 2, now=0.0)
     queue.report({0: {"i0": 10, "i1": 12}}, now=1.0)
-    assert set(queue.generated) == {"i0", "i1"}
+    assert set(queue.estimates.generated) == {"i0", "i1"}
     getattr(queue, end)(0, *([set()] if end == "give_back" else []))
-    assert queue.generated == {} and queue.since == {}
+    assert queue.estimates.generated == {} and queue.estimates.handed_out == {}
 
 
 def test_replicas_of_about_one_speed_do_not_trade_work():
@@ -601,7 +601,7 @@ def _simulate_with_give_back(rows: list[Work], speeds: list[float], slots: int, 
                     for w in got:
                         running[k].append((clock + w.cost / speeds[k], w))
                         ran_on[w.instance_id] = k
-            if not (queue.reclaims() or queue.moved):
+            if not (queue.reclaims() or queue.given_back_waiting()):
                 break
         pending = [t for r in running for t, _ in r]
         if not pending:
@@ -694,7 +694,7 @@ def test_no_context_moves_that_would_finish_where_it_is_before_the_askers_own_lo
     queue.report({1: {"s0": 1}}, now=1.0)
     for t, done in ((2.0, "s1"), (4.0, "s2"), (6.0, "s3")):
         queue.take(0, 1, finished=[done], now=t)
-    assert "long" in queue.held[0]
+    assert "long" in queue.held(0)
     queue.report({0: {"long": 1}}, now=7.0)
     queue.report({0: {"long": long_tokens}, 1: {"s0": 2}}, now=10.0)
     assert queue.take(0, 1, now=10.0) == []

@@ -1,5 +1,6 @@
-"""The file layer (`longeval.store.location`): URI parsing, the S3 endpoint from the environment, stat, listing, open,
-read and fingerprint, on local disk and on a real S3 server (SeaweedFS on loopback)."""
+"""The file layer (`longeval.store.location` and its backends, `local` and `s3`): URI parsing, the S3 endpoint from
+the environment, stat, listing, open, read and fingerprint, on local disk and on a real S3 server (SeaweedFS on
+loopback)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ import pytest
 
 from longeval.errors import StoreError
 from longeval.store import location as files
-from longeval.store.location import Location, default_patience, is_transient, s3_endpoint_from_env
+from longeval.store.location import Location
+from longeval.store.s3 import ENDPOINT_ENV_VARS, default_patience, is_transient, s3_endpoint_from_env
 
 # -- parsing ---------------------------------------------------------------------------------------------------
 
@@ -125,7 +127,7 @@ def test_only_transient_s3_errors_are_retried(exc: BaseException, transient: boo
 
 
 def test_call_retries_transient_errors_then_gives_up_with_a_hint(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in files.ENDPOINT_ENV_VARS:
+    for var in ENDPOINT_ENV_VARS:
         monkeypatch.delenv(var, raising=False)
     location = Location("s3://bucket/run", attempts=3, patience_s=0)
     tries = []
@@ -224,7 +226,7 @@ def test_local_writes_are_atomic_and_leave_no_temp_files(tmp_path: Path, monkeyp
     def disk_full(fd: int) -> None:  # injected fault: the disk fills up when the file is flushed
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("longeval.store.location.os.fsync", disk_full)
+    monkeypatch.setattr("longeval.store.local.os.fsync", disk_full)
     with pytest.raises(StoreError, match="No space left"):
         files.write_uri(str(tmp_path / "out" / "pool.parquet"), b"third")
     assert (tmp_path / "out" / "pool.parquet").read_bytes() == b"second"  # the old file, whole

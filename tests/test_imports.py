@@ -1,9 +1,11 @@
-"""The layering of issue #13, as imports that must not exist (module-level and function-local alike).
+"""The layering of the packages (issue #47): which subsystem may import which, module-level and function-local alike.
 
-A family's knowledge stays in its package, stages stay out of what reads results, and the pure parts (tasks,
-scorers, text) never reach for I/O or engines. A new import that breaks a rule fails here with the line to fix.
-Imports of longeval modules sit at the top of the module (style rule 15): a function-local one that would hide a
-cycle means code belongs elsewhere, so only the few modules in LOCAL_IMPORTS, each for its stated reason, have any.
+Read bottom-up: the pure parts (text, scoring, stats) import no other subsystem; tasks read files only through
+`store.location`; engines return rows and never write them; store knows no stage, task or engine; stages run on
+all of those; `run` drives the stages; what reads results (report, tracking) never runs a stage. A new import that
+breaks a rule fails here with the line to fix. Imports of longeval modules sit at the top of the module (style
+rule 15): a function-local one that would hide a cycle means code belongs elsewhere, so only the few modules in
+LOCAL_IMPORTS, each for its stated reason, have any.
 """
 
 from __future__ import annotations
@@ -15,41 +17,59 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "longeval"
 
+SUBSYSTEMS = ("builders", "cli", "cluster", "config", "engines", "planning", "report", "run", "scoring", "stages",
+              "stats", "store", "tasks", "text", "tracking")
+"""Every package of longeval, and the command line; `errors`, `records` and `heap` at the top are for everyone."""
+
 RULES: list[tuple[str, tuple[str, ...], str]] = [
-    ("longeval.tasks", ("longeval.engines", "longeval.run.pipeline", "longeval.stages", "longeval.store.run_root",
-                        "longeval.cluster.ray_runtime"), "tasks are pure: data comes through longeval.store.location"),
-    ("longeval.scoring", ("longeval.tasks",), "a judge is bound to its task; scorers know no task"),
-    ("longeval.engines", ("longeval.tasks", "longeval.store.run_root", "longeval.run.pipeline", "longeval.stages"),
+    ("longeval.text", tuple(s for s in SUBSYSTEMS if s != "text"), "text is the bottom: tokens, pieces and corpora"),
+    ("longeval.scoring", tuple(s for s in SUBSYSTEMS if s != "scoring"),
+     "scorers are pure functions of an answer and its references; a judge is bound to its task by the task"),
+    ("longeval.stats", tuple(s for s in SUBSYSTEMS if s != "stats"), "statistics are pure functions of score tables"),
+    ("longeval.tasks", ("builders", "cli", "cluster", "config", "engines", "planning", "report", "run", "stages",
+                        "tracking", "store.run_root", "store.commits", "store.listings", "store.stage_reads",
+                        "store.row_group_reads", "store.shard_format", "store.lease", "store.compact", "store.shards",
+                        "store.local", "store.s3"),
+     "tasks are pure: data comes through longeval.store.location; a family's table declares a layout that report "
+     "renders"),
+    ("longeval.engines", ("builders", "cli", "planning", "report", "run", "stages", "store", "tasks", "tracking"),
      "engines return rows; the infer stage writes them"),
-    ("longeval.config.schema", ("longeval.engines",), "config is schema only"),
-    ("longeval.tracking.wandb_run", ("longeval.run.pipeline", "longeval.stages"), "tracking reads results, never runs a
-    stage"), ("longeval.report", ("longeval.run.pipeline", "longeval.stages"), "the report reads results, never runs a
-    stage"), ("longeval.tracking.dashboards", ("longeval.run.pipeline", "longeval.stages"), "dashboards read results"),
-    ("longeval.text", ("longeval.tasks",), "text is below tasks"),
-    ("longeval.store.location", ("longeval.store.run_root", "longeval.tasks", "longeval.stages",
-    "longeval.run.pipeline"),
-     "the file layer is below the run store and the tasks"),
+    ("longeval.store", ("builders", "cli", "engines", "planning", "report", "run", "stages", "tasks", "tracking"),
+     "a run root holds shards of any stage and knows none"),
+    ("longeval.config", ("builders", "cli", "cluster", "engines", "planning", "report", "run", "stages", "store",
+                         "tracking"), "config is the schema and its checks: it runs nothing"),
+    ("longeval.cluster", ("builders", "cli", "engines", "planning", "report", "run", "stages", "tasks", "tracking"),
+     "Ray's processes know no stage"),
+    ("longeval.planning", ("builders", "cli", "cluster", "report", "run", "tracking"), "a plan runs nothing"),
+    ("longeval.stages", ("builders", "cli", "report", "run.pipeline", "run.adaptive_rounds", "tracking"),
+     "a stage is run by the pipeline, never the other way round"),
+    ("longeval.report", ("builders", "cli", "cluster", "engines", "run.pipeline", "run.adaptive_rounds", "stages",
+                         "tracking"), "the report reads results, never runs a stage"),
+    ("longeval.tracking", ("builders", "cli", "cluster", "engines", "report", "run.pipeline", "run.adaptive_rounds",
+                           "stages"), "tracking reads results, never runs a stage"),
+    ("longeval.builders", ("cli", "report", "run", "tracking"), "builders call engines; runs do not call builders"),
+    ("longeval.run", ("builders", "cli", "report"), "a run writes results; reading them is report's"),
 ]
+"""(package, what it must not import (subsystems, or modules under them), why)."""
 
 LOCAL_IMPORTS: dict[str, str] = {
     "longeval.cli": "each command imports what it runs in its handler, so `longeval --help` loads no pyarrow, "
                     "OmegaConf or task registry",
-    "longeval.cluster.launch": "ray_cluster.sh runs it on login nodes before anything is set up: the standard library
-    and "
-                       "yaml only at module level",
+    "longeval.cluster.launch": "ray_cluster.sh runs it on login nodes before anything is set up: the standard "
+                               "library and yaml only at module level",
 }
 """The modules allowed function-local longeval imports, and why; never to break an import cycle."""
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+def module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path) -> list[tuple[int, str]]:
+def imports(path: Path, package: Path = PACKAGE) -> list[tuple[int, str]]:
     """Every longeval module `path` imports, with its line: `from longeval import x` counts as longeval.x."""
-    here = module_name(path)
-    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    here = module_name(path, package)
+    parent = here if path.name == "__init__.py" else here.rpartition(".")[0]
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -57,12 +77,12 @@ def imports(path: Path) -> list[tuple[int, str]]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                anchor = parent.split(".")[: len(parent.split(".")) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
             found.append((node.lineno, base))
             found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names
-                      if (PACKAGE.parent / f"{base}.{alias.name}".replace(".", "/")).exists()
-                      or (PACKAGE.parent / (f"{base}.{alias.name}".replace(".", "/") + ".py")).exists()]
+                      if (package.parent / f"{base}.{alias.name}".replace(".", "/")).exists()
+                      or (package.parent / (f"{base}.{alias.name}".replace(".", "/") + ".py")).exists()]
     return [(line, name) for line, name in found if name == "longeval" or name.startswith("longeval.")]
 
 
@@ -81,22 +101,53 @@ def local_imports(path: Path) -> list[tuple[int, str]]:
 def _within(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
 
+def _within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def violations(layer: str, forbidden: tuple[str, ...], package: Path = PACKAGE) -> list[str]:
+    """`path:line imports name` for every import under `layer` of a module under `forbidden` (in `package`)."""
+    names = tuple(f if f.startswith("longeval") else f"longeval.{f}" for f in forbidden)
+    broken = []
+    for path in sorted(package.rglob("*.py")):
+        if not _within(module_name(path, package), layer):
+            continue
+        for line, name in imports(path, package):
+            if any(_within(name, f) for f in names):
+                broken.append(f"{path.relative_to(package.parent)}:{line} imports {name}")
+    return broken
+
 
 @pytest.mark.parametrize(("layer", "forbidden", "why"), RULES, ids=[r[0] for r in RULES])
 def test_layer_does_not_import(layer, forbidden, why):
-    broken = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if not _within(module_name(path), layer):
-            continue
-        for line, name in imports(path):
-            if any(_within(name, f) for f in forbidden):
-                broken.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {name}")
+    broken = violations(layer, forbidden)
     assert not broken, f"{layer} must not import {', '.join(forbidden)} ({why}):\n" + "\n".join(broken)
 
 
-def test_the_checker_sees_function_local_and_relative_imports(tmp_path):
-    assert ("longeval.store.run_root" in {n for _, n in imports(PACKAGE / "pipeline.py")}
-            or "longeval.store.run_root" in {n for p in PACKAGE.rglob("stages/*.py") for _, n in imports(p)})
+def test_every_package_has_a_rule():
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert packages <= set(SUBSYSTEMS), f"packages without a place in SUBSYSTEMS: {packages - set(SUBSYSTEMS)}"
+    ruled = {layer.removeprefix("longeval.") for layer, _, _ in RULES}
+    assert packages - {"cli"} <= ruled | {"scoring"}, f"packages without a rule: {packages - ruled}"
+
+
+def test_a_planted_violation_fails(tmp_path):
+    """The checker on a copy of two packages, one given an import its rule forbids: the rule catches it."""
+    planted = tmp_path / "longeval"
+    for sub in ("store", "stages"):
+        (planted / sub).mkdir(parents=True)
+        (planted / sub / "__init__.py").write_text("")
+    (planted / "__init__.py").write_text("")
+    (planted / "stages" / "score.py").write_text("x = 1\n")
+    (planted / "store" / "run_root.py").write_text("import os\n\n\ndef f():\n    from longeval.stages import score\n")
+    rule = next(r for r in RULES if r[0] == "longeval.store")
+    assert violations(rule[0], rule[1], planted) == ["longeval/store/run_root.py:5 imports longeval.stages",
+                                                     "longeval/store/run_root.py:5 imports longeval.stages.score"]
+
+
+def test_the_checker_sees_function_local_and_relative_imports():
+    assert "longeval.store.run_root" in {n for _, n in imports(PACKAGE / "run" / "pipeline.py")}
+    assert "longeval.report.table" in {n for _, n in imports(PACKAGE / "cli.py")}  # local to cmd_report
 
 
 def test_longeval_imports_are_at_module_level():
@@ -121,3 +172,13 @@ def test_function_local_lines_finds_imports_in_functions_and_methods_only():
                      "def f():\n    import b\n    def g():\n        from c import d\n"
                      "class K:\n    import e\n    async def m(self):\n        import f\n")
     assert function_local_lines(tree) == {3, 5, 9}
+
+
+@pytest.mark.parametrize("package", sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()))
+def test_every_name_a_package_offers_resolves(package):
+    """A package face's `__all__` (its public surface) names only what exists: a moved name fails here."""
+    import importlib
+
+    module = importlib.import_module(f"longeval.{package}")
+    missing = [name for name in getattr(module, "__all__", ()) if not hasattr(module, name)]
+    assert not missing, f"longeval.{package}.__all__ names what it does not have: {missing}"

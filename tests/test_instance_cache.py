@@ -69,13 +69,16 @@ def store_root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 def codec_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """How often Parquet is encoded (`pq.ParquetWriter`) and decoded (`pq.read_table`) in the store."""
-    import longeval.store.run_root
+    """How often Parquet is encoded (`pq.ParquetWriter`, in `store.shard_format`) and decoded (`pq.read_table`, in
+    `store.stage_reads`) in the store."""
+    import longeval.store.shard_format
+    import longeval.store.stage_reads
 
     calls = {"ParquetWriter": 0, "read_table": 0}
+    modules = {"ParquetWriter": longeval.store.shard_format, "read_table": longeval.store.stage_reads}
 
     def counting(name: str) -> Callable:
-        real = getattr(longeval.store.run_root.pq, name)
+        real = getattr(modules[name].pq, name)
 
         def spy(*args, **kwargs):
             calls[name] += 1
@@ -84,7 +87,7 @@ def codec_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         return spy
 
     for name in calls:
-        monkeypatch.setattr(longeval.store.run_root.pq, name, counting(name))
+        monkeypatch.setattr(modules[name].pq, name, counting(name))
     return calls
 
 

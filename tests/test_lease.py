@@ -335,7 +335,7 @@ def test_a_taken_over_runs_replica_writer_commits_nothing_more(root: RunRoot) ->
     from longeval.config.schema import StoreConfig
     from longeval.errors import LeaseLostError
     from longeval.records import PREDICTION_SCHEMA, Prediction
-    from longeval.stages.infer import _Writer, stop_on_fatal
+    from longeval.stages.infer import PredictionWriter, stop_on_fatal
 
     def rows(start: int, n: int) -> list[dict]:
         return [Prediction(instance_id=f"i{k}", model_id="m", output="x", output_tokens=1, finish_reason="stop",
@@ -345,8 +345,8 @@ def test_a_taken_over_runs_replica_writer_commits_nothing_more(root: RunRoot) ->
     with lease.hold(root, StoreConfig(), command="longeval infer") as held:
         generation = lease.held_generation(root)
         assert generation == held.holder.generation
-        writer = _Writer(root, extra={"model_id": "m", "replica": "r0", "node": "n"}, interval_s=0.0,
-                         fence=generation)
+        writer = PredictionWriter(root, extra={"model_id": "m", "replica": "r0", "node": "n"}, interval_s=0.0,
+                                  fence=generation)
         writer.put(rows(0, 2))
         deadline = time.monotonic() + 30
         while writer.count < 2 and writer.error is None and time.monotonic() < deadline:

@@ -14,9 +14,9 @@ import pytest
 from longeval.config.schema import load_config
 from longeval.errors import DamagedShardError
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, Prediction
-from longeval.stages.dispatch import Work
 from longeval.stages.followup import write_followups
 from longeval.stages.infer import META_COLUMNS, PromptReader, pending_predictions, pool_shards, schedule
+from longeval.stages.infer.dispatch import Work
 from longeval.stages.score import scoring_input
 from longeval.stages.summarise import planned_ids, rows_with_meta, run_status
 from longeval.store.compact import compact_predictions
@@ -219,14 +219,14 @@ def test_longeval_has_pyarrow_allocate_with_the_c_library_so_freed_memory_goes_b
 def test_memory_freed_by_earlier_prompts_goes_back_before_a_long_prompt_is_listed(huge, monkeypatch) -> None:
     """A 1M-token prompt becomes a 41 MB list: what the prompts before it freed goes back to the system first,
     so a replica's peak is its window, not its window plus glibc's keep (issue #22). Short prompts skip it."""
-    from longeval.stages import infer
+    from longeval.stages.infer import reader as reader_module
 
     root, _ = huge
     calls: list[int] = []
-    monkeypatch.setattr(infer, "release_freed_memory", lambda: calls.append(1))
+    monkeypatch.setattr(reader_module, "release_freed_memory", lambda: calls.append(1))
     reader = PromptReader(root)
     assert len(reader.request("1-2", SHARDS[1].prefix).prompt_token_ids) == TOKENS and calls == [1]
-    monkeypatch.setattr(infer, "RELEASE_BEFORE_TOKENS", TOKENS + 1)
+    monkeypatch.setattr(reader_module, "RELEASE_BEFORE_TOKENS", TOKENS + 1)
     assert len(reader.request("1-3", SHARDS[1].prefix).prompt_token_ids) == TOKENS and calls == [1]
     reader.close()
 
@@ -235,7 +235,7 @@ def test_a_read_error_that_is_not_damage_stays_a_store_error_with_a_finite_cause
     """A shard gone between its footer read and its row group read is the store's error, not a damaged shard;
     its cause chain must end (an error that is its own cause sends the drivers' cause walks round forever)."""
     from longeval.errors import StoreError
-    from longeval.stages.infer import _cause
+    from longeval.stages.infer import cause_of
 
     root, _ = huge
     name = SHARDS[0].text
@@ -245,14 +245,14 @@ def test_a_read_error_that_is_not_damage_stays_a_store_error_with_a_finite_cause
         root.read_row_groups("instances", name, fragment, [0], ["prompt_token_ids"])
     assert not isinstance(raised.value, DamagedShardError)
     assert raised.value.__cause__ is not None and raised.value.__cause__.__cause__ is not raised.value.__cause__
-    assert _cause(raised.value)  # the walk to the innermost error ends
+    assert cause_of(raised.value)  # the walk to the innermost error ends
 
 
 def test_a_row_groups_planned_bytes_are_what_it_holds_once_read(huge) -> None:
     """The reader sizes a run of row groups from the footer before reading it (`_ids_bytes`) and keeps what it
     read within its budget by `nbytes`: an estimate below `nbytes` (it left out the values' validity bitmap, an
     eighth of a byte a token) let a run that filled the budget push out its own last group, read again."""
-    from longeval.stages.infer import _ids_bytes
+    from longeval.stages.infer.reader import _ids_bytes
 
     root, _ = huge
     name = SHARDS[0].text

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from longeval.records import PREDICTION_SCHEMA, Prediction
-from longeval.stages.infer import _Writer
+from longeval.stages.infer import PredictionWriter
 from longeval.store.run_root import RunRoot
 
 
@@ -21,7 +21,7 @@ def _committed(root: RunRoot) -> int:
 
 def test_rows_finished_within_an_interval_make_one_part(tmp_path) -> None:
     root = RunRoot(str(tmp_path))
-    writer = _Writer(root, extra={"model_id": "m", "replica": "r0", "node": "n"}, interval_s=2.0)
+    writer = PredictionWriter(root, extra={"model_id": "m", "replica": "r0", "node": "n"}, interval_s=2.0)
     began = time.monotonic()
     for k in range(20):  # 20 rows finishing over ~0.4 s, as an engine's steps hand them over
         writer.put(_rows(k, 1))
@@ -39,7 +39,7 @@ def test_rows_finished_within_an_interval_make_one_part(tmp_path) -> None:
 
 def test_closing_commits_what_is_left_at_once(tmp_path) -> None:
     root = RunRoot(str(tmp_path))
-    writer = _Writer(root, extra={"model_id": "m", "replica": "r0", "node": "n"}, interval_s=3600.0)
+    writer = PredictionWriter(root, extra={"model_id": "m", "replica": "r0", "node": "n"}, interval_s=3600.0)
     writer.put(_rows(0, 3))
     began = time.monotonic()
     assert writer.close() == 3 and time.monotonic() - began < 5.0
@@ -48,7 +48,7 @@ def test_closing_commits_what_is_left_at_once(tmp_path) -> None:
 
 def test_an_interval_of_zero_commits_every_hand_over(tmp_path) -> None:
     root = RunRoot(str(tmp_path))
-    writer = _Writer(root, extra={"model_id": "m", "replica": "r0", "node": "n"}, interval_s=0.0)
+    writer = PredictionWriter(root, extra={"model_id": "m", "replica": "r0", "node": "n"}, interval_s=0.0)
     for k in range(3):
         writer.put(_rows(k, 1))
         deadline = time.monotonic() + 5.0

@@ -14,7 +14,7 @@ from longeval.planning.capacity import find_model_arch, kv_cache_tokens
 from longeval.planning.cost import call_cost
 from longeval.planning.plan import make_plan
 from longeval.planning.sizing import TaskFigures, figures_for, size_suite, task_figures
-from longeval.store import run_root as store
+from longeval.store import row_group_reads as store
 from longeval.tasks import TASKS, get_task
 
 ENDS = (1024, 1048576)

@@ -139,7 +139,7 @@ def test_a_disk_error_after_the_bytes_are_written_publishes_nothing(
     def disk_full(fd: int) -> None:  # injected fault: the disk fills up when the shard is flushed
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("longeval.store.location.os.fsync", disk_full)
+    monkeypatch.setattr("longeval.store.local.os.fsync", disk_full)
     with pytest.raises(StoreError, match="No space left"):
         root.write_table("predictions", "s0", predictions("m", 50))
     monkeypatch.undo()
@@ -338,7 +338,7 @@ def test_metadata_read_from_many_shards_is_held_in_a_few_contiguous_tables_and_a
     """Issue #22: each shard's few small buffers, kept scattered, pinned heap pages (70 MB for 792 shards' 2.5 MB
     of metadata), and every footer kept held 160 MB; the kept columns are gathered `READ_BATCH` shards at a time
     and the footers kept stop at `KEPT_FOOTER_BYTES`."""
-    from longeval.store import run_root as store
+    from longeval.store import stage_reads as store
     writer = RunRoot(str(tmp_path))
     for k in range(130):
         rows = [Prediction(instance_id=f"{k}-{i}", model_id="m", output="x" * 100, output_tokens=1,
@@ -377,7 +377,7 @@ def long_prompts(n: int = 4) -> pa.Table:
 @pytest.fixture
 def small_groups(monkeypatch: pytest.MonkeyPatch) -> None:
     """Row groups of 16 KiB: a prompt of 3,000 tokens is a row group of its own, as one of 1M tokens is."""
-    monkeypatch.setattr("longeval.store.run_root.ROW_GROUP_BYTES", 16 << 10)
+    monkeypatch.setattr("longeval.store.shard_format.ROW_GROUP_BYTES", 16 << 10)
 
 
 def rewrite(root: RunRoot, name: str, table: pa.Table, pairs: dict[bytes, bytes]) -> None:
@@ -401,7 +401,7 @@ def rewrite(root: RunRoot, name: str, table: pa.Table, pairs: dict[bytes, bytes]
 def test_a_shard_of_one_row_group_is_written_as_before_without_a_copy(root: RunRoot) -> None:
     import pyarrow.parquet as pq
 
-    from longeval.store.run_root import FOOTER_METADATA, bulky_last, rows_per_group
+    from longeval.store.shard_format import FOOTER_METADATA, bulky_last, rows_per_group
 
     table = long_prompts()
     root.write_table("instances", "s0", table)
@@ -420,7 +420,7 @@ def test_metadata_columns_are_answered_from_the_footer_as_the_file_holds_them(tm
     footer."""
     import pyarrow.parquet as pq
 
-    from longeval.store.run_root import FOOTER_METADATA
+    from longeval.store.shard_format import FOOTER_METADATA
 
     RunRoot(str(tmp_path)).write_table("instances", "s0", long_prompts())
     path = tmp_path / "instances" / "s0.parquet"
@@ -448,7 +448,7 @@ def test_a_kept_copy_answers_later_metadata_reads_without_the_file_and_costs_les
     columns opens no file, and a read of the prompts opens the footer again."""
     import pyarrow.parquet as pq
 
-    from longeval.store.run_root import FOOTER_METADATA
+    from longeval.store.shard_format import FOOTER_METADATA
 
     RunRoot(str(tmp_path)).write_table("instances", "s0", long_prompts())
     metadata = pq.read_metadata(tmp_path / "instances" / "s0.parquet")
@@ -487,7 +487,7 @@ def prompts(root: RunRoot, name: str, references: bool = False) -> list:
 def test_a_damaged_footer_copy_sets_the_shard_aside(tmp_path: Path, damage: str) -> None:
     """A copy that does not match its sha256 is never answered from, neither by a metadata read nor by a replica's
     prompt reader: the shard is set aside as damaged and written again by a rerun."""
-    from longeval.store.run_root import FOOTER_METADATA, bulky_last, footer_metadata
+    from longeval.store.shard_format import FOOTER_METADATA, bulky_last, footer_metadata
 
     root = RunRoot(str(tmp_path))
     table = bulky_last(long_prompts())
@@ -513,7 +513,7 @@ def test_a_damaged_footer_copy_sets_the_shard_aside(tmp_path: Path, damage: str)
 def test_a_shard_of_several_row_groups_written_before_the_copy_is_read_from_its_columns(tmp_path: Path) -> None:
     """Run roots and instance caches written before the copy existed keep working: their readers read the columns
     the footer does not copy, and get what a shard with the copy gives."""
-    from longeval.store.run_root import bulky_last
+    from longeval.store.shard_format import bulky_last
 
     root = RunRoot(str(tmp_path))
     table = long_prompts()

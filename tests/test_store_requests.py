@@ -17,8 +17,8 @@ import pyarrow as pa
 import pytest
 
 from benchmarks.scale import S3Meter
-from longeval.store.location import ENDPOINT_ENV_VARS
 from longeval.store.run_root import RunRoot
+from longeval.store.s3 import ENDPOINT_ENV_VARS
 from tests.s3server import S3Server, find_weed, start_seaweedfs
 
 PREFIX = "counted"
@@ -192,7 +192,7 @@ def test_a_replica_given_listed_sizes_reads_a_shard_in_three_requests(
 ) -> None:
     """A replica's prompts, from the shards and sizes the driver listed: per shard (one too big to read whole) its
     footer, its ids and the row group that holds the prompts; nothing listed, no HEAD."""
-    monkeypatch.setattr("longeval.store.run_root.WHOLE_READ_BYTES", 0)  # these shards stand for big ones
+    monkeypatch.setattr("longeval.store.row_group_reads.WHOLE_READ_BYTES", 0)  # these shards stand for big ones
 
     uri = f"s3://{logged_server.bucket}/{PREFIX}/replica"
     names = shards(RunRoot(uri), N)
@@ -337,7 +337,7 @@ def test_shards_the_writers_reported_are_known_without_a_listing(meter: S3Meter,
 def test_a_replica_reads_a_small_shard_whole_in_one_get(meter: S3Meter, logged_server: S3Server) -> None:
     """A shard below `WHOLE_READ_BYTES` whose size the driver listed: one GET of the whole file, then every read
     from memory (not a 64 KiB footer read and the pages again: up to twice the bytes, in three requests)."""
-    from longeval.store.run_root import WHOLE_READ_BYTES
+    from longeval.store.row_group_reads import WHOLE_READ_BYTES
 
     uri = f"s3://{logged_server.bucket}/{PREFIX}/small"
     names = shards(RunRoot(uri), N)
@@ -380,7 +380,7 @@ def long_prompt_shards(
     columns lie in every row group, between the prompts."""
     import pyarrow.parquet as pq
 
-    monkeypatch.setattr("longeval.store.run_root.ROW_GROUP_BYTES", 16 << 10)
+    monkeypatch.setattr("longeval.store.shard_format.ROW_GROUP_BYTES", 16 << 10)
     uri = f"s3://{logged_server.bucket}/{PREFIX}/long-{time.time_ns()}"
     names = shards(RunRoot(uri), N)
     assert pq.read_metadata(pa.BufferReader(RunRoot(uri).read_bytes(f"instances/{names[0]}.parquet"))
@@ -410,7 +410,7 @@ def test_a_replica_reads_a_long_prompts_shard_in_two_gets(
     the run of row groups from its first prompt on, in one ranged GET (`store.PROMPT_RUN`; the text between them
     comes along undecoded). It was a GET per prompt after the footer copy, and a GET per row group and two per
     prompt before."""
-    monkeypatch.setattr("longeval.store.run_root.WHOLE_READ_BYTES", 0)
+    monkeypatch.setattr("longeval.store.row_group_reads.WHOLE_READ_BYTES", 0)
     uri, names = long_prompt_shards
     sizes = RunRoot(uri, remember_listings=True).shard_sizes("instances")
     files, listings = per_file(meter, lambda: _read_every_prompt(uri, names, sizes), uri.split("/", 3)[3])
@@ -426,8 +426,8 @@ def _read_a_six_shard_context(
     row groups read, in order."""
     from longeval.stages.infer import PromptReader
 
-    monkeypatch.setattr("longeval.store.run_root.ROW_GROUP_BYTES", 16 << 10)
-    monkeypatch.setattr("longeval.store.run_root.WHOLE_READ_BYTES", 0)
+    monkeypatch.setattr("longeval.store.shard_format.ROW_GROUP_BYTES", 16 << 10)
+    monkeypatch.setattr("longeval.store.row_group_reads.WHOLE_READ_BYTES", 0)
     uri = f"s3://{logged_server.bucket}/{PREFIX}/ahead-{time.time_ns()}"
     names = shards(RunRoot(uri), 6)
     runs: list[tuple[str, list[int]]] = []
@@ -477,11 +477,11 @@ def test_a_replica_on_s3_gives_freed_memory_back_after_each_read(
     """The S3 client's threads free what a read used into heaps of their own, which the replica kept: a ≤32K pool's
     replica peaked 89–102 MiB above its base on S3 against 77 planned, 77–78 with a trim after each read
     (benchmarks/README.md, "A trim after each read on S3"). Short prompts are never trimmed otherwise."""
-    from longeval.stages import infer
+    from longeval.stages.infer import reader as reader_module
 
     trims: list[int] = []
-    monkeypatch.setattr(infer, "release_freed_memory", lambda: trims.append(1))
-    monkeypatch.setattr("longeval.store.run_root.WHOLE_READ_BYTES", 0)
+    monkeypatch.setattr(reader_module, "release_freed_memory", lambda: trims.append(1))
+    monkeypatch.setattr("longeval.store.row_group_reads.WHOLE_READ_BYTES", 0)
     uri, names = long_prompt_shards
     sizes = RunRoot(uri, remember_listings=True).shard_sizes("instances")
     runs: list[list[int]] = []

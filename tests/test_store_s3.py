@@ -15,8 +15,8 @@ import pytest
 
 from longeval.errors import StoreError
 from longeval.records import PREDICTION_SCHEMA, Prediction
-from longeval.store.location import ENDPOINT_ENV_VARS
 from longeval.store.run_root import RunRoot
+from longeval.store.s3 import ENDPOINT_ENV_VARS
 from tests.s3server import S3Server, seaweedfs  # noqa: F401  (the module-scoped server fixture)
 
 PREFIX = "run1"

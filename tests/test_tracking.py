@@ -22,20 +22,20 @@ from longeval.store.run_root import RunRoot
 from longeval.tasks import FAMILIES
 from longeval.tasks.family import Family, SummaryTable
 from longeval.tracking import wandb_run as tracking
-from longeval.tracking.wandb_run import (
+from longeval.tracking.keys import HEADLINE_METRICS
+from longeval.tracking.payloads import (
     INSTANCE_COLUMNS,
     HeatmapSpec,
-    Logged,
-    TrackingWarning,
+    config_payload,
     instance_tables,
     length_history,
     load_tables,
     plot_specs,
     sample_instances,
-    start_tracking,
     status_metrics,
     summary_metrics,
 )
+from longeval.tracking.wandb_run import Logged, TrackingWarning, start_tracking
 from tests import tracking_fixtures
 
 SECRET = "hf_FAKE0123456789abcdefSECRET"
@@ -110,7 +110,7 @@ def test_summary_metrics_have_stable_keys_and_the_tables_values(tmp_path):
     assert metrics["headline/effective_length"] == 0  # nothing above 85.6: RULER's "<4K" cell
     assert metrics["headline/threshold"] == 85.6
     for family in ("ruler", "tail"):
-        assert {f"{family}/headline/{m}" for m in tracking.HEADLINE_METRICS} <= set(metrics)
+        assert {f"{family}/headline/{m}" for m in HEADLINE_METRICS} <= set(metrics)
     assert metrics["count/instances"] == len(TASKS) * len(LENGTHS) * SAMPLES
     assert metrics["count/nulls"] == sum(r["nulls"] for r in tasks) > 0
     assert {f"tail/tail_headline/{m}" for m in ("avg", "wavg_inc", "wavg_dec", "ratio")} <= set(metrics)
@@ -197,7 +197,7 @@ def test_config_payload_is_redacted_and_carries_versions(tmp_path, monkeypatch):
     monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-" + SECRET)
     cfg = _cfg(tmp_path, "+model.engine_kwargs.hf_overrides={hf_token: nested-secret-value}",
                f"tracking.tags=[x{SECRET}]")
-    payload = tracking.config_payload(cfg, {"longeval": "1", "tokenizer_fingerprint": "f"})
+    payload = config_payload(cfg, {"longeval": "1", "tokenizer_fingerprint": "f"})
     text = json.dumps(payload)
     assert SECRET not in text and "nested-secret-value" not in text
     assert payload["model"]["env"]["HF_TOKEN"] == "***"

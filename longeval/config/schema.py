@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 
 class Dispatch(StrEnum):
-    """`cluster.dispatch`: how a pool's prompts reach its replicas (longeval/stages/dispatch.py)."""
+    """`cluster.dispatch`: how a pool's prompts reach its replicas (longeval/stages/infer/dispatch.py)."""
 
     dynamic = "dynamic"
     """One work queue per pool; each replica takes the next context whenever its engine has a free slot, so a

@@ -390,8 +390,8 @@ def next_requests(source: Iterator[Request | None], room: int) -> tuple[list[Req
     """Up to `room` requests from `source`, and whether it is exhausted.
 
     A source may yield None for "nothing for you now, ask again later": a replica's share of a dynamic work
-    queue is held back while it holds its fair share (`longeval.stages.dispatch.WorkQueue`). The engine then steps
-    what it has, or waits `IDLE_WAIT_S` when it has nothing.
+    queue is held back while it holds its fair share (`longeval.stages.infer.dispatch.WorkQueue`). The engine then
+    steps what it has, or waits `IDLE_WAIT_S` when it has nothing.
     """
     out: list[Request] = []
     while len(out) < room:

@@ -39,7 +39,7 @@ from longeval.planning.capacity import GIB, MIB, ModelArch, find_model_arch, kv_
 from longeval.planning.cost import DEFAULT_GPU, Cost, call_cost, replica_shape
 from longeval.planning.plan import Plan, Pool, size_pool, suite_seq_tokens
 from longeval.stages.instance_cache import cache_uri
-from longeval.store.run_root import prompt_group_bytes
+from longeval.store.row_group_reads import prompt_group_bytes
 from longeval.tasks import get_task
 from longeval.tasks.base import output_budget
 from longeval.text.render import prompt_format

@@ -18,6 +18,7 @@ import os
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -43,18 +44,16 @@ from longeval.report.runs import (
     unique_labels,
 )
 from longeval.report.table import format_length
+from longeval.stats.aggregate import DEPTH_BIN
 from longeval.stats.compare import OVERALL, Comparison, compare_scores
 from longeval.store.run_root import RunRoot
 from longeval.tasks import FAMILIES
+from longeval.tasks.family import Family, ReportSection
 
 __all__ = ["Cell", "FigureBlock", "PairView", "ReportResult", "Row", "Section", "TableBlock", "TextBlock",
            "build_page", "comparison_sections", "family_sections", "leaderboard_section", "runs_section",
            "write_report"]
 
-FAMILY_ORDER = tuple(FAMILIES)
-FAMILY_NAMES = {name: family.title for name, family in FAMILIES.items()}
-INTROS = {name: family.intro for name, family in FAMILIES.items() if family.intro}
-"""What each family declares (`longeval.tasks.family.Family`): its order, title and the words above its section."""
 _MISSING = "–"
 
 
@@ -170,9 +169,14 @@ def _blocks(*items: Block | None) -> list[Block]:
 
 
 def families(runs: Sequence[RunData]) -> list[str]:
-    """The families any run scored, in the order the report shows them."""
+    """The families any run scored, in the order they are registered (`longeval.tasks.FAMILIES`)."""
     present = {f for r in runs if has_rows(r.tables, "tasks") for f in r.tables["tasks"]["family"].to_pylist()}
-    return [f for f in FAMILY_ORDER if f in present] + sorted(present - set(FAMILY_ORDER))
+    return [f for f in FAMILIES if f in present] + sorted(present - set(FAMILIES))
+
+
+def _title(family: str) -> str:
+    """How the report names a family: its declared title (`Family.title`), else its name."""
+    return FAMILIES[family].title if family in FAMILIES else family
 
 
 def _family_table(run: RunData, name: str, family: str) -> pa.Table | None:
@@ -257,7 +261,7 @@ def leaderboard_section(runs: Sequence[RunData], fams: Sequence[str]) -> Section
         blocks.append(TableBlock(
             header=["model", "claimed length", "effective length", *[_length(n) for n in lengths], "Avg",
                     "wAvg (inc)", "wAvg (dec)"],
-            rows=rows, id=f"leaderboard-{_anchor(family)}", caption=FAMILY_NAMES.get(family, family),
+            rows=rows, id=f"leaderboard-{_anchor(family)}", caption=_title(family),
             note=f"Effective length: the largest length whose score exceeds {threshold:g} (underlined); "
                  "claimed length: the run's model.max_model_len. Avg is the mean over lengths; wAvg (inc) weighs "
                  "lengths 1..L from short to long, wAvg (dec) the reverse (hover for ranks). Sorted by Avg."))
@@ -374,8 +378,8 @@ def _error_table(runs: Sequence[RunData], family: str, *, caption: str) -> Table
                            "and stay in every mean.")
 
 
-def _ladder_table(runs: Sequence[RunData]) -> TableBlock | None:
-    series = {r.label: r.tables["sync_ladder"] for r in runs if has_rows(r.tables, "sync_ladder")}
+def _ladder_table(series: Mapping[str, pa.Table], *, id: str, caption: str) -> TableBlock | None:
+    """A ladder's rows (domain, length, one column per rung), for every run."""
     if not series:
         return None
     rungs = list(dict.fromkeys(c for t in series.values() for c in t.column_names
@@ -383,30 +387,29 @@ def _ladder_table(runs: Sequence[RunData]) -> TableBlock | None:
     rows = [Row([_text(label), _text(r["domain"]), Cell(_length(r["target_length"]), cls="num"),
                  *[_score(r.get(rung)) for rung in rungs]])
             for label, table in series.items() for r in table.to_pylist()]
-    return TableBlock(header=["run", "domain", "length", *rungs], rows=rows, id="sync-ladder",
-                      caption="same context, harder questions (SYNC §3.3)")
+    return TableBlock(header=["run", "domain", "length", *rungs], rows=rows, id=id, caption=caption)
 
 
-def _chance(runs: Sequence[RunData]) -> dict[str, float]:
+def _chance(runs: Sequence[RunData], name: str | None) -> dict[str, float]:
     for run in runs:
-        if has_rows(run.tables, "chance"):
-            return dict(zip(run.tables["chance"]["task"].to_pylist(), run.tables["chance"]["chance"].to_pylist(),
+        if name and has_rows(run.tables, name):
+            return dict(zip(run.tables[name]["task"].to_pylist(), run.tables[name]["chance"].to_pylist(),
                             strict=True))
     return {}
 
 
-def _chance_table(runs: Sequence[RunData]) -> TableBlock | None:
+def _chance_table(runs: Sequence[RunData], name: str | None, *, caption: str) -> TableBlock | None:
     for run in runs:
-        if has_rows(run.tables, "chance"):
+        if name and has_rows(run.tables, name):
             rows = [Row([_text(r["task"]), _num(r["chance"]), _num(r["paper"]), _text(r["model"])])
-                    for r in run.tables["chance"].to_pylist()]
+                    for r in run.tables[name].to_pylist()]
             return TableBlock(header=["task", "chance (ours)", "chance (paper)", "random model"], rows=rows,
-                              caption="chance rates (Michelangelo Appendix B)")
+                              caption=caption)
     return None
 
 
-def _breakdown_table(runs: Sequence[RunData]) -> TableBlock | None:
-    series = {r.label: r.tables["longbench_v2"] for r in runs if has_rows(r.tables, "longbench_v2")}
+def _breakdown_table(series: Mapping[str, pa.Table], family: str, *, id: str, caption: str) -> TableBlock | None:
+    """Accuracy by split and group (LongBench v2's Table 2 layout), the runs side by side."""
     if not series:
         return None
     groups: list[tuple[str, str]] = []
@@ -423,31 +426,91 @@ def _breakdown_table(runs: Sequence[RunData]) -> TableBlock | None:
         for label in series:
             r = values[label].get((split, group)) or {}
             cells += [Cell(str(r.get("n", _MISSING)), cls="num"),
-                      _score(r.get("accuracy"), key=f"longbench_v2/{label}/{group}/accuracy"),
+                      _score(r.get("accuracy"), key=f"{family}/{label}/{group}/accuracy"),
                       _num(r.get("compensated_accuracy")), _num(r.get("invalid_rate"))]
         rows.append(Row(cells, cls="total" if split == "overall" else ""))
-    return TableBlock(header=header, rows=rows, id="longbench-v2-breakdown",
-                      caption="LongBench v2 (Table 2 layout, with Table 5's compensated accuracy)")
+    return TableBlock(header=header, rows=rows, id=id, caption=caption)
 
 
-def _tail_table(runs: Sequence[RunData]) -> TableBlock | None:
+def _headline_rows(runs: Sequence[RunData], name: str | None, family: str, *, id: str,
+                   caption: str) -> TableBlock | None:
+    """A family's own headline table (TAIL's Table 2 layout: shortest, longest, Avg, wAvg, ratio), per run."""
     rows = []
     for run in runs:
-        if has_rows(run.tables, "tail_headline"):
-            for r in run.tables["tail_headline"].to_pylist():
+        if name and has_rows(run.tables, name):
+            for r in run.tables[name].to_pylist():
                 rows.append(Row([_text(run.label), Cell(_length(r["shortest"]), cls="num"),
-                                 Cell(_length(r["longest"]), cls="num"), _num(r["avg"], key=f"tail/{run.label}/avg"),
+                                 Cell(_length(r["longest"]), cls="num"),
+                                 _num(r["avg"], key=f"{family}/{run.label}/avg"),
                                  _num(r["wavg_inc"]), _num(r["wavg_dec"]), _num(r["ratio"])]))
     if not rows:
         return None
     return TableBlock(header=["run", "shortest", "longest", "Avg", "wAvg (inc)", "wAvg (dec)",
-                              "longest / shortest (%)"],
-                      rows=rows, id="tail-headline", caption="TAIL Table 2")
+                              "longest / shortest (%)"], rows=rows, id=id, caption=caption)
+
+
+def _declared_section(runs: Sequence[RunData], family: str, declared: ReportSection,
+                      colors: Mapping[str, str]) -> Section | None:
+    """A section a family declares (`Family.report`), drawn in its layout; None when its table has no rows."""
+    fid = _anchor(family)
+    name = f"{fid}-{declared.layout}"
+    figure = partial(figure_block, alt=declared.alt, caption=declared.caption)
+    if declared.layout == "errors":
+        series = _series(runs, declared.table, family)
+        blocks = _blocks(figure(f"{family}-errors", plots.error_bars(series)) if series else None,
+                         _error_table(runs, family, caption=declared.rows_caption or declared.title))
+    elif declared.layout == "cumulative":
+        series = _series(runs, declared.table, family)
+        blocks = _blocks(figure(f"{family}-cumulative", plots.cumulative_curves(
+            series, colors=colors, chance=_chance(runs, declared.rows))) if series else None,
+            _chance_table(runs, declared.rows, caption=declared.rows_caption) if series else None)
+    else:
+        series = {r.label: r.tables[declared.table] for r in runs if has_rows(r.tables, declared.table)}
+        if declared.layout == "ladder":
+            blocks = _blocks(figure(name, plots.ladder_curves(series, colors=colors)) if series else None,
+                             _ladder_table(series, id=name, caption=declared.rows_caption))
+        elif declared.layout == "breakdown":
+            blocks = _blocks(figure(name, plots.breakdown_bars(series, colors=colors)) if series else None,
+                             _breakdown_table(series, family, id=name, caption=declared.rows_caption))
+        elif declared.layout == "heatmap":
+            headline = _headline_rows(runs, declared.rows, family, id=f"{fid}-headline",
+                                      caption=declared.rows_caption)
+            blocks = _blocks(figure(name, plots.heatmaps(series)) if series or headline else None, headline)
+        else:
+            raise ConfigError(f"family {family!r} declares a report section of layout {declared.layout!r}; "
+                              f"layouts: {', '.join(REPORT_LAYOUTS)}")
+    return Section(f"{fid}-{declared.layout}", declared.title, level=3, blocks=blocks) if blocks else None
+
+
+REPORT_LAYOUTS = ("ladder", "errors", "cumulative", "breakdown", "heatmap")
+"""The layouts a family's `ReportSection` may name."""
+
+
+def _depth_section(runs: Sequence[RunData], family: str, title: str) -> Section | None:
+    """The depth x length heatmap binned from the scores (`stats.depth_grid`), for a family whose instances
+    carry a depth and that declares no grid of its own."""
+    series = {}
+    for run in runs:
+        grid = run.depth_grid
+        if grid is not None:
+            rows = family_rows(grid, family)
+            if rows.num_rows:  # the heatmap plot reads `accuracy`: the mean score (%) of the cell
+                series[run.label] = rows.rename_columns(["accuracy" if c == "score" else c for c in rows.column_names])
+    if not series or not any(len(set(t["depth"].to_pylist())) > 1 for t in series.values()):
+        return None  # one depth is no heatmap
+    fid = _anchor(family)
+    return Section(f"{fid}-depths", f"{title}: depth × length", level=3, blocks=_blocks(figure_block(
+        f"{fid}-depths", plots.heatmaps(series),
+        alt=f"{title}: score heatmap by depth of the information and context length, one panel per run",
+        caption=f"Mean score (%) by depth (rows, bins of {DEPTH_BIN:g} %) and length (columns); grey: no "
+                "instances.")))
 
 
 def family_sections(runs: Sequence[RunData], family: str, colors: Mapping[str, str]) -> list[Section]:
-    """A family's section: its curves with intervals, per-run tables, and the family's own tables/figures."""
-    name = FAMILY_NAMES.get(family, family)
+    """A family's section: its curves with intervals, per-run tables, the sections it declares
+    (`Family.report`), a depth x length heatmap when its instances carry a depth, and its failures."""
+    declared = FAMILIES.get(family) or Family(name=family, title=family, tasks=())
+    name = declared.title
     tasks = _series(runs, "tasks", family)
     if not tasks:
         return []
@@ -467,61 +530,19 @@ def family_sections(runs: Sequence[RunData], family: str, colors: Mapping[str, s
                                                      threshold=threshold),
             alt=f"{name}: mean score over tasks against context length, one line per run",
             caption="Mean over tasks per length (the leaderboard's columns) with the effective-length threshold."))
-    curve_caption = ("Accuracy per length with its 95 % interval (TAIL's per-length line chart)." if family == "tail"
-                     else "Score per task against length; the shaded band is the 95 % interval.")
     blocks += _blocks(figure_block(
         f"{family}-tasks", plots.task_curves(tasks, colors=colors,
-                                             threshold=threshold if family == "ruler" else None),
-        alt=f"{name}: score per task against context length with 95% intervals", caption=curve_caption))
+                                             threshold=threshold if declared.threshold_on_task_curves else None),
+        alt=f"{name}: score per task against context length with 95% intervals",
+        caption=declared.task_curves_caption))
     blocks += _blocks(*[_task_table(run, family) for run in runs])
-    sections = [Section(fid, name, intro=INTROS.get(family, ""), blocks=blocks)]
+    sections = [Section(fid, name, intro=declared.intro, blocks=blocks)]
 
-    extra: list[Section] = []
-    if family == "sync":
-        ladder = {r.label: r.tables["sync_ladder"] for r in runs if has_rows(r.tables, "sync_ladder")}
-        if ladder:
-            extra.append(Section(f"{fid}-ladder", "SYNC task ladder", level=3, blocks=_blocks(
-                figure_block("sync-ladder", plots.ladder_curves(ladder, colors=colors),
-                             alt="SYNC: retrieval, tracking and global scores per domain against length",
-                             caption="Line style is the rung (solid retrieval, dashed tracking, dotted global), "
-                                     "colour the run."),
-                _ladder_table(runs))))
-        errors = _series(runs, "errors", family)
-        if errors:
-            extra.append(Section(f"{fid}-errors", "SYNC error types", level=3, blocks=_blocks(
-                figure_block("sync-errors", plots.error_bars(errors),
-                             alt="SYNC: share of instances per kind of failure, per run, task and length",
-                             caption="Stacked shares of each kind of failure (SYNC Table 5: no answer, invalid "
-                                     "path, suboptimal path)."),
-                _error_table(runs, family, caption="SYNC error types (Table 5)"))))
-    elif family == "michelangelo":
-        curves = _series(runs, "cumulative", family)
-        if curves:
-            extra.append(Section(f"{fid}-cumulative", "Michelangelo cumulative curves", level=3, blocks=_blocks(
-                figure_block("michelangelo-cumulative",
-                             plots.cumulative_curves(curves, colors=colors, chance=_chance(runs)),
-                             alt="Michelangelo: cumulative and pointwise score against context length per task",
-                             caption="Solid: cumulative average score over instances up to length L; dashed: "
-                                     "score at L; dotted: chance."),
-                _chance_table(runs))))
-    elif family == "longbench_v2":
-        breakdown = {r.label: r.tables["longbench_v2"] for r in runs if has_rows(r.tables, "longbench_v2")}
-        if breakdown:
-            extra.append(Section(f"{fid}-breakdown", "LongBench v2 breakdown", level=3, blocks=_blocks(
-                figure_block("longbench-v2-breakdown", plots.breakdown_bars(breakdown, colors=colors),
-                             alt="LongBench v2: accuracy overall, by difficulty and by length per run",
-                             caption="Bars: accuracy; black ticks: compensated accuracy; dotted: chance."),
-                _breakdown_table(runs))))
-    elif family == "tail":
-        grid = {r.label: r.tables["tail_grid"] for r in runs if has_rows(r.tables, "tail_grid")}
-        if grid or any(has_rows(r.tables, "tail_headline") for r in runs):
-            extra.append(Section(f"{fid}-heatmap", "TAIL depth × length", level=3, blocks=_blocks(
-                figure_block("tail-heatmap", plots.heatmaps(grid),
-                             alt="TAIL: accuracy heatmap by evidence depth and context length, one panel per run",
-                             caption="Accuracy (%) by depth of the evidence (rows) and length (columns); grey: "
-                                     "no instances."),
-                _tail_table(runs))))
-    if family != "sync":
+    extra = [s for s in (_declared_section(runs, family, d, colors) for d in declared.report) if s is not None]
+    layouts = {d.layout for d in declared.report}
+    if declared.has_depth and "heatmap" not in layouts:
+        extra += _blocks(_depth_section(runs, family, name))
+    if "errors" not in layouts:
         table = _error_table(runs, family, caption=f"{name}: kinds of failure")
         if table is not None:
             extra.append(Section(f"{fid}-failures", f"{name} failures", level=3, blocks=[table]))

@@ -29,7 +29,8 @@ from longeval.stages.infer import infer, pending_predictions
 from longeval.stages.score import score, score_fingerprint, scores_current
 from longeval.stages.summarise import RunResult, report
 from longeval.store import lease
-from longeval.store.run_root import LEGACY_STAGES, RunRoot
+from longeval.store.commits import LEGACY_STAGES
+from longeval.store.run_root import RunRoot
 from longeval.tracking import wandb_run as tracking
 
 log = logging.getLogger(__name__)

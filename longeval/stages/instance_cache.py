@@ -32,7 +32,9 @@ from longeval import __version__
 from longeval.errors import ConfigError, StoreError
 from longeval.planning.plan import ShardSpec
 from longeval.records import content_id
-from longeval.store.run_root import CopiedShard, RunRoot, StoredShard
+from longeval.store.commits import CopiedShard
+from longeval.store.listings import StoredShard
+from longeval.store.run_root import RunRoot
 from longeval.tasks import get_task
 from longeval.tasks.base import output_budget
 

@@ -6,6 +6,8 @@ when first used."""
 from longeval._lazy import lazy_exports
 
 _EXPORTS = {
+    "DEPTH_BIN": "aggregate",
+    "depth_grid": "aggregate",
     "ABOVE": "adaptive",
     "BELOW": "adaptive",
     "CI_BOOTSTRAP": "aggregate",

@@ -28,11 +28,13 @@ from longeval.records import ErrorKind
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
+    "DEPTH_BIN",
     "CI_BOOTSTRAP",
     "CI_WILSON",
     "DEFAULT_BY",
     "EFFECTIVE_LENGTH_THRESHOLD",
     "bootstrap_means",
+    "depth_grid",
     "cell_seed",
     "headline",
     "length_table",
@@ -428,3 +430,29 @@ def ladder(summary: pa.Table, rungs: dict[str, tuple[str, str]]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=pa.schema(
         [("model_id", pa.string()), ("domain", pa.string()), ("target_length", pa.int64()),
          *[(r, pa.float64()) for r in order]]))
+
+
+DEPTH_BIN = 10.0
+"""Depth bins (percent) of the depth x length heatmaps computed from scores (RULER's 40 depths -> 10 bins)."""
+
+
+def depth_grid(scores: pa.Table) -> pa.Table:
+    """Mean score (x100) per family, length and depth bin, from score rows that have a depth (percent, >= 0).
+
+    RULER's NIAH needles sit at 40 depths; binned by `DEPTH_BIN` they give its depth x length heatmap.
+    A family with its own grid (`SummaryTable.heatmap`: TAIL's Figure 5) shows that one instead (W&B's
+    `plot_specs`, the report's `ReportSection("heatmap")`).
+    """
+    cells: dict[tuple[str, int, float], list[float]] = defaultdict(list)
+    if scores.num_rows:
+        for row in scores.select(["family", "target_length", "depth", "score"]).to_pylist():
+            depth = row["depth"]
+            if depth is None or not math.isfinite(depth) or depth < 0:
+                continue
+            binned = min(math.floor(depth / DEPTH_BIN) * DEPTH_BIN, 100.0 - DEPTH_BIN)
+            cells[(row["family"], row["target_length"], binned)].append(row["score"] or 0.0)
+    rows = [{"family": f, "target_length": n, "depth": d, "n": len(v), "score": round(100 * sum(v) / len(v), 2)}
+            for (f, n, d), v in sorted(cells.items())]
+    return pa.Table.from_pylist(rows, schema=pa.schema([("family", pa.string()), ("target_length", pa.int64()),
+                                                        ("depth", pa.float64()), ("n", pa.int64()),
+                                                        ("score", pa.float64())]))

@@ -6,10 +6,10 @@ when first used."""
 from longeval._lazy import lazy_exports
 
 _EXPORTS = {
-    "INSTANCE_COLUMNS": "wandb_run",
-    "RESULT_TABLES": "wandb_run",
+    "INSTANCE_COLUMNS": "payloads",
+    "RESULT_TABLES": "keys",
     "create": "dashboards",
-    "summary_metrics": "wandb_run",
+    "summary_metrics": "payloads",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -4,8 +4,8 @@ Views: a leaderboard across models (the runs table pinned to RULER's headline co
 Avg, wAvg and the effective length), length curves (every run's score against context length, overlaid),
 one section per registered family (`longeval.tasks.FAMILIES`: task curves, headline bars and the views the
 family declares, `Family.panels`), and the depth x length heatmaps. Every metric key comes from
-`longeval.tracking.wandb_run`'s key functions, the same ones the logger uses, so a panel never asks for a key that no
-run logs.
+`longeval.tracking.keys`, the key functions the logged payloads are built with, so a panel never asks for a key that
+no run logs.
 
 Building the objects needs neither network nor credentials (tests build them); `create` saves them to W&B
 and needs both, failing with a `TrackingError` that says what is missing.
@@ -21,17 +21,16 @@ from longeval.config.schema import conf_dir, group_choices
 from longeval.errors import ConfigError
 from longeval.tasks import FAMILIES, get_task
 from longeval.tasks.family import Panel
-from longeval.tracking.wandb_run import (
+from longeval.tracking.credentials import TrackingError, has_credentials
+from longeval.tracking.keys import (
     COUNT_METRICS,
     HEADLINE_METRICS,
     STEP_METRIC,
-    TrackingError,
     avg_key,
     count_key,
     cumulative_key,
     curve_key,
     family_metric_key,
-    has_credentials,
     headline_key,
     heatmap_key,
     result_table_key,

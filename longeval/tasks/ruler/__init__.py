@@ -56,4 +56,5 @@ FAMILY = Family(
     intro="Scores are RULER's string_match_all (NIAH, VT, CWE, FWE) or string_match_part (QA), ×100. The "
           "per-task figure draws each task against length with its 95 % interval shaded; the dotted "
           "line is the effective-length threshold. Compare with RULER's Table 3 and its per-task appendix.",
+    threshold_on_task_curves=True,
 )
