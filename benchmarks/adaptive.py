@@ -148,7 +148,7 @@ def evaluate(name: str, cells, tokens, settings, *, replays: int, seed: int,
 def synthetic_costs(output_tokens: int = 32) -> dict[tuple[str, int], float]:
     """GPU-seconds of one synthetic instance per length: Llama-3.1-8B on an A100 80GB (longeval.planning.cost), a prompt
     of the whole length, batched as the planner would."""
-    from longeval.config.schema import ModelConfig
+    from longeval.config import ModelConfig
     from longeval.planning.capacity import ModelArch
     from longeval.planning.cost import call_cost, replica_shape
 

@@ -21,7 +21,7 @@ from pathlib import Path
 def _rounds(overrides: list[str], root_dir: Path, name: str, *, keep: bool) -> tuple[float, int, int, list]:
     """(wall s of the rounds, rounds, engine starts, decisions per cell)."""
     from longeval.cluster.ray_runtime import init_ray
-    from longeval.config.schema import load_config
+    from longeval.config import load_config
     from longeval.engines.models import resolve_model_path
     from longeval.run.adaptive_rounds import adaptive_tables, run_rounds
     from longeval.store.run_root import RunRoot

@@ -124,7 +124,7 @@ def main() -> None:
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
-    from longeval.config.schema import load_config
+    from longeval.config import load_config
     from longeval.run.pipeline import run
 
     scratch = Path(tempfile.mkdtemp(prefix="le-dispatch-"))

@@ -70,7 +70,7 @@ def main() -> None:
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
-    from longeval.config.schema import load_config
+    from longeval.config import load_config
     from longeval.engines.models import resolve_model_path
     from longeval.planning.plan import make_plan
     from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import numpy as np
 
-    from longeval.config.schema import load_config
+    from longeval.config import load_config
     from longeval.engines.models import resolve_model_path
     from longeval.planning.plan import make_plan
     from longeval.stages.generate import ShardGenerator, generate_shard

@@ -29,7 +29,7 @@ from pathlib import Path
 def _infer(overrides: list[str], root_dir: Path, name: str) -> tuple[float, float, list[dict]]:
     """Generate, then time the infer stage alone; returns (wall s, engine start s, prediction rows)."""
     from longeval.cluster.ray_runtime import init_ray
-    from longeval.config.schema import load_config
+    from longeval.config import load_config
     from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA
     from longeval.run.pipeline import run
     from longeval.store.run_root import RunRoot

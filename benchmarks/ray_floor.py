@@ -56,7 +56,7 @@ def main() -> None:
     import ray
 
     from longeval.cluster.ray_runtime import init_ray
-    from longeval.config.schema import load_config
+    from longeval.config import load_config
 
     init_ray(load_config(["model=tiny_random", f"store.root={tempfile.mkdtemp(prefix='le-floor-')}"]))
     ray.data.range(100).map_batches(lambda batch: batch).take_all()

@@ -486,7 +486,7 @@ class Shape:
 
 def planned_replica_bytes(overrides: list[str]) -> dict[str, int]:
     """Per pool, the host memory `longeval plan` gives one replica of this run (the stand-in's sizing)."""
-    from longeval.config.schema import load_config
+    from longeval.config import load_config
     from longeval.planning.plan import make_plan
     from longeval.planning.sizing import size_suite
 

@@ -114,7 +114,7 @@ def model_path(args: argparse.Namespace) -> str:
 
 
 def context(path: str):
-    from longeval.config.schema import load_config
+    from longeval.config import load_config
     from longeval.stages.generate import make_context
 
     return make_context(load_config(["model=tiny_random"]), path)
@@ -214,7 +214,7 @@ def actor_child(args: argparse.Namespace) -> dict:
     import ray
     import ray.data
 
-    from longeval.config.schema import load_config
+    from longeval.config import load_config
     from longeval.stages.generate import ShardGenerator
 
     path = model_path(args)

@@ -114,7 +114,7 @@ def _essay_line(result) -> str:
 
 
 def cmd_run(overrides: list[str], stages: tuple[str, ...]) -> int:
-    from longeval.config.schema import load_config
+    from longeval.config import load_config
     from longeval.run.pipeline import run
 
     cfg = load_config(overrides)
@@ -145,7 +145,7 @@ def cmd_check(overrides: list[str]) -> None:
     (`plan.check_config`, as `plan` and `run` do): a batch script asks this before it brings up a Ray cluster, so a
     mistyped task or suite, a length the model cannot read or a run name too long fails in seconds instead of after
     the allocation's cluster start."""
-    from longeval.config.schema import load_config
+    from longeval.config import load_config
     from longeval.planning.plan import check_config
 
     cfg = load_config(overrides)
@@ -155,7 +155,7 @@ def cmd_check(overrides: list[str]) -> None:
 
 
 def cmd_plan(overrides: list[str]) -> None:
-    from longeval.config.schema import load_config
+    from longeval.config import load_config
     from longeval.planning.capacity import find_model_arch, format_bytes, kv_cache_dtype_bytes, kv_cache_tokens
     from longeval.planning.plan import check_config, make_plan, size_pool, suite_seq_tokens
     from longeval.tasks import get_task
@@ -341,7 +341,7 @@ def cmd_models(args: argparse.Namespace) -> None:
 
 def cmd_mrcr(args: argparse.Namespace) -> None:
     from longeval.builders.mrcr_pool import build_pool
-    from longeval.config.schema import load_config
+    from longeval.config import load_config
 
     cfg = load_config(args.overrides)
     console.print(f"[bold]longeval[/] mrcr build-pool: model {cfg.model.name}, {args.per_key} writings per "
@@ -354,7 +354,7 @@ def cmd_mrcr(args: argparse.Namespace) -> None:
 
 def cmd_tail(args: argparse.Namespace) -> None:
     from longeval.builders.tail_build import build_tail
-    from longeval.config.schema import load_config
+    from longeval.config import load_config
     from longeval.tasks.tail import DEFAULT_DEPTHS
 
     cfg = load_config(args.overrides)
@@ -388,7 +388,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         code = cmd_run(overrides, ("report",))
         if not args.output:
             return code
-        from longeval.config.schema import load_config
+        from longeval.config import load_config
 
         roots = [load_config(overrides).run_root]
     from longeval.report.html import write_report
@@ -480,7 +480,7 @@ def cmd_data(args: argparse.Namespace) -> None:
 
 def cmd_cache(args: argparse.Namespace) -> None:
     """`longeval cache prune`: the cache the overrides name (`store.root`, `store.instance_cache`), as a run's."""
-    from longeval.config.schema import load_config
+    from longeval.config import load_config
     from longeval.planning.capacity import format_bytes
     from longeval.stages.instance_cache import cache_uri, check_cache_location, parse_age, parse_size, prune
 

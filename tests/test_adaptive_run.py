@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-from longeval.config.schema import Config, load_config
+from longeval.config import Config, load_config
 from longeval.planning.plan import make_plan
 from longeval.records import PREDICTION_SCHEMA
 from longeval.run.adaptive_rounds import round_shards, settings_for
@@ -90,7 +90,7 @@ def test_group_targets_default_to_the_measured_schedule_and_a_root_keeps_the_one
     keys) is refused with the overrides to pass, and resumed when they are passed (docs/adaptive.md, "Defaults")."""
     from omegaconf import OmegaConf
 
-    from longeval.config.schema import to_yaml
+    from longeval.config import to_yaml
     from longeval.errors import ConfigError
     from longeval.run.provenance import _check_same_config, older_default_root
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from longeval.config.schema import load_config
+from longeval.config import load_config
 from longeval.planning.plan import make_plan
 from longeval.run.asked import ASKED_FILE, ask, asked_shards, only_asked, read_asked, seed_asked
 from longeval.store.run_root import RunRoot

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from longeval.config.schema import ModelConfig, load_config
+from longeval.config import ModelConfig, load_config
 from longeval.errors import ConfigError
 from longeval.planning.capacity import (
     GPUS,

@@ -330,7 +330,7 @@ UNREACHABLE_API = ["model.engine=openai", "model.api.mode=completions", "model.a
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory, tiny_model_path):
     """A run root with its 2 instances only (`longeval generate`)."""
-    from longeval.config.schema import load_config
+    from longeval.config import load_config
     from longeval.run.pipeline import run
 
     base = tmp_path_factory.mktemp("generated")
@@ -372,7 +372,7 @@ def test_score_infer_and_report_on_a_root_without_instances_are_one_error_line(c
     """A run root that holds no instances (a mistyped run_name, or never generated): was `done:` and exit 0 for
     `score` and `infer`, and a report of nothing (exit 3) for `report` with overrides; now one error naming the
     fix, exit 2, and nothing written."""
-    from longeval.config.schema import load_config
+    from longeval.config import load_config
     from longeval.store.run_root import RunRoot
 
     overrides = [*STAND_IN, f"store.root={tmp_path}", "run_name=typo"]

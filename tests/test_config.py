@@ -8,17 +8,8 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from longeval.config.redaction import Redactor
-from longeval.config.schema import (
-    ApiMode,
-    Engine,
-    TrackingBackend,
-    TrackingMode,
-    group_choices,
-    load_config,
-    to_yaml,
-    validate,
-)
+from longeval.config import ApiMode, Engine, Redactor, group_choices, load_config, to_yaml, validate
+from longeval.config.schema import TrackingBackend, TrackingMode
 from longeval.errors import ConfigError, UnknownTaskError
 
 
@@ -199,7 +190,7 @@ def test_ruler_prompt_format_composes_and_is_saved():
 
 def test_an_adaptive_run_defaults_to_small_shards_and_an_explicit_size_wins():
     """An adaptive round is one shard per open cell, so its default shard is smaller than a full sweep's."""
-    from longeval.config.schema import ADAPTIVE_SHARD_SIZE, SHARD_SIZE
+    from longeval.config import ADAPTIVE_SHARD_SIZE, SHARD_SIZE
 
     assert load_config(["suite=ruler"]).suite.shard_size == SHARD_SIZE == 25
     assert load_config(["suite=ruler", "suite.adaptive=true"]).suite.shard_size == ADAPTIVE_SHARD_SIZE == 10
@@ -230,7 +221,7 @@ def _conf_with_suite(tmp_path, monkeypatch, text: str):
     """A copy of conf/ with one more suite file, as a user's own config dir (LONGEVAL_CONF)."""
     import shutil
 
-    from longeval.config.schema import conf_dir
+    from longeval.config import conf_dir
 
     conf = tmp_path / "conf"
     shutil.copytree(conf_dir(), conf)

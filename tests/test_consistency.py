@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from longeval.cli import main
-from longeval.config.schema import load_config
+from longeval.config import load_config
 from longeval.records import PREDICTION_SCHEMA, SCORE_SCHEMA
 from longeval.run.consistency import PARTIAL_EXIT, Consistency, State, check_consistency, prediction_fingerprints
 from longeval.run.pipeline import run

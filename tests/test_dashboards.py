@@ -14,7 +14,7 @@ import wandb_workspaces.reports.v2 as wr
 import wandb_workspaces.workspaces as ws
 
 from longeval.cli import main
-from longeval.config.schema import conf_dir, load_config
+from longeval.config import conf_dir, load_config
 from longeval.errors import ConfigError
 from longeval.records import SCORE_SCHEMA
 from longeval.tasks import FAMILIES as FAMILIES_REGISTERED

@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from longeval.config.schema import load_config
+from longeval.config import load_config
 from longeval.planning.plan import ShardSpec, make_plan
 from longeval.stages import generate
 from longeval.stages.generate import PREFLIGHT_MAX_LENGTH, preflight
@@ -40,7 +40,7 @@ def test_a_generation_actor_hands_back_what_each_shard_freed(tmp_path, monkeypat
     MiB more after each shard of ten 1M-token prompts (benchmarks/README.md, sizing_figures.py)."""
     import numpy as np
 
-    from longeval.config.schema import load_config
+    from longeval.config import load_config
     from longeval.planning.plan import make_plan
     from longeval.stages import generate
 

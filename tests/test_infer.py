@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pytest
 
 from longeval.cluster.launch import loopback_cluster
-from longeval.config.schema import load_config
+from longeval.config import load_config
 from longeval.errors import ConfigError
 from longeval.planning.plan import Pool
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA

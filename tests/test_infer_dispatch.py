@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.dispatch import duty_cycle
-from longeval.config.schema import load_config
+from longeval.config import load_config
 from longeval.records import PREDICTION_SCHEMA
 from longeval.run.pipeline import run
 from longeval.store.run_root import RunRoot

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from longeval.config.schema import load_config
+from longeval.config import load_config
 from longeval.engines.models import resolve_model_path
 from longeval.errors import ConfigError
 from longeval.planning.plan import make_plan

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from longeval.config.schema import load_config
+from longeval.config import load_config
 from longeval.errors import ConfigError, LeaseHeldError
 from longeval.store import lease
 from longeval.store.lease import Holder, acquire, claim_name, current
@@ -332,7 +332,7 @@ def test_a_taken_over_runs_replica_writer_commits_nothing_more(root: RunRoot) ->
     that error instead of restarting the replica (`stop_on_fatal`)."""
     import ray.exceptions
 
-    from longeval.config.schema import StoreConfig
+    from longeval.config import StoreConfig
     from longeval.errors import LeaseLostError
     from longeval.records import PREDICTION_SCHEMA, Prediction
     from longeval.stages.infer import PredictionWriter, stop_on_fatal

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from longeval.config.schema import load_config
+from longeval.config import load_config
 from longeval.errors import DamagedShardError
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, Prediction
 from longeval.stages.followup import write_followups

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from longeval.config.schema import load_config
+from longeval.config import load_config
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA
 from longeval.store.run_root import RunRoot
 from tests.s3server import S3Server

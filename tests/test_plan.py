@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from longeval.config.schema import load_config
+from longeval.config import load_config
 from longeval.errors import ConfigError
 from longeval.planning.plan import make_plan, size_pool
 

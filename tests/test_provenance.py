@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from omegaconf import OmegaConf
 
-from longeval.config.schema import load_config, to_yaml
+from longeval.config import load_config, to_yaml
 from longeval.errors import ConfigError
 from longeval.run.provenance import COMPARED_SETTINGS, RUN_SETTINGS, _check_same_config, run_identity
 from longeval.store.run_root import RunRoot

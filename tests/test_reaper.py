@@ -19,7 +19,7 @@ DRIVER = textwrap.dedent("""
     import json, subprocess, sys, time
     import psutil
     import ray
-    from longeval.config.schema import load_config
+    from longeval.config import load_config
     from longeval.cluster.ray_runtime import init_ray
 
     bystander = subprocess.Popen(["sleep", "300"])  # not Ray's: born just before it, must outlive its watcher

@@ -8,8 +8,8 @@ import logging
 import pytest
 import yaml
 
+from longeval.config import load_config, redactor, to_yaml
 from longeval.config.redaction import HIDDEN, Redactor, is_secret_name, redacted_logs
-from longeval.config.schema import load_config, redactor, to_yaml
 from longeval.errors import ConfigError
 
 

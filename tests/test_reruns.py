@@ -172,7 +172,7 @@ def test_the_table_shows_n_intervals_all_failure_cells_and_incomplete_runs(tmp_p
 def test_preflight_runs_only_when_an_instance_shard_is_missing(tmp_path, monkeypatch):
     """Issue #22: a rerun with every planned shard there generates nothing, so its driver builds no preflight
     instance (the tokenizer, Punkt and the QA files: about 200 MB of a resumed driver's peak)."""
-    from longeval.config.schema import load_config
+    from longeval.config import load_config
     from longeval.run import pipeline
 
     args = [*BASE, "suite.tasks=[vt]", "suite.samples=4", f"store.root={tmp_path}", "run_name=pre"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from longeval.config.schema import ModelConfig, load_config
+from longeval.config import ModelConfig, load_config
 from longeval.engines.rope import Rotary, check_built, check_rope_overrides, declared_rotary, vllm_rotary
 from longeval.errors import ConfigError
 from longeval.planning.capacity import check_runnable

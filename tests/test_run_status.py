@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from longeval.cli import main
-from longeval.config.schema import load_config
+from longeval.config import load_config
 from longeval.run.consistency import PARTIAL_EXIT
 from longeval.run.pipeline import run
 from longeval.stages.summarise import run_status

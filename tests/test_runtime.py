@@ -120,7 +120,7 @@ def test_a_local_rays_workers_on_an_s3_root_allocate_from_two_heaps_unless_the_e
     """Threads' own heaps kept what the S3 client freed in a replica (`runtime.MALLOC_ARENA_MAX`); Ray's workers
     inherit the limit from the run's process when its root is on S3, and a user's own setting wins."""
     code = ("import os, ray\n"
-            "from longeval.config.schema import load_config\n"
+            "from longeval.config import load_config\n"
             "from longeval.cluster.ray_runtime import init_ray\n"
             f"init_ray(load_config(['model=tiny_random', 'store.root={root}']))\n"
             "print('ARENAS', ray.get(ray.remote(lambda: os.environ.get('MALLOC_ARENA_MAX')).remote()))\n"
@@ -195,7 +195,7 @@ def test_a_ray_start_up_timeout_is_one_error_line_naming_the_setting(tmp_path):
 
 
 def test_a_bad_metrics_port_is_refused_before_ray_starts():
-    from longeval.config.schema import load_config
+    from longeval.config import load_config
     from longeval.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"cluster.metrics_export_port=80: expected a port from 1024 to 65535"):

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from longeval.cluster.ray_runtime import init_ray
-from longeval.config.schema import load_config
+from longeval.config import load_config
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, Prediction
 from longeval.scoring.deadline import DeadlineScorer
 from longeval.stages.score import score, scoring_input, scoring_units

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from longeval.config.schema import load_config
+from longeval.config import load_config
 from longeval.errors import StoreError
 from longeval.planning.plan import make_plan
 from longeval.store.shards import ShardName

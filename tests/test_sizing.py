@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from longeval.config.schema import load_config
+from longeval.config import load_config
 from longeval.planning import sizing
 from longeval.planning.capacity import find_model_arch, kv_cache_tokens
 from longeval.planning.cost import call_cost

@@ -282,7 +282,7 @@ def test_the_report_stage_reads_each_file_with_at_most_three_requests(meter: S3M
     of the instance shards; each shard is read once (footer and metadata ranges), and each prefix listed once."""
     from omegaconf import OmegaConf
 
-    from longeval.config.schema import validate
+    from longeval.config import validate
     from longeval.stages.summarise import report
 
     root = RunRoot(scored_run, remember_listings=True)  # as `pipeline.run` opens it

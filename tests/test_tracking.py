@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from longeval.config.schema import load_config
+from longeval.config import load_config
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
 from longeval.run import pipeline
 from longeval.store.run_root import RunRoot

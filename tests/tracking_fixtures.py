@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 
-from longeval.config.schema import Config, to_yaml
+from longeval.config import Config, to_yaml
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, Instance, Prediction, Score, content_id
 from longeval.run import pipeline
 from longeval.store.run_root import RunRoot

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from longeval import __version__
 from longeval.builders.complete import Request, complete
-from longeval.config.schema import Config
+from longeval.config import Config
 from longeval.errors import ConfigError
 from longeval.records import content_id
 from longeval.store.location import write_uri

@@ -20,7 +20,7 @@ import pyarrow as pa
 from longeval import __version__
 from longeval.builders.complete import Completer, Request
 from longeval.builders.embed import Embedder
-from longeval.config.schema import Config
+from longeval.config import Config
 from longeval.errors import ConfigError
 from longeval.records import content_id
 from longeval.store.run_root import RunRoot

@@ -13,7 +13,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from longeval.cluster import interrupt, reaper
-from longeval.config.schema import Config
+from longeval.config import Config
 from longeval.errors import ConfigError, LongevalError, RayStartError, find_error
 from longeval.store.run_root import RunRoot
 

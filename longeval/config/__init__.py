@@ -1,4 +1,4 @@
-"""The run configuration: the schema, loading Hydra overrides with clear errors, and redaction of secrets.
+"""The run configuration: the schema, loading Hydra overrides with clear errors, the checks, and redaction of secrets.
 
 The names below are the package's public surface; each lives in the module named beside it and is imported
 when first used."""
@@ -20,17 +20,17 @@ _EXPORTS = {
     "SCHEDULE_BEFORE": "schema",
     "SHARD_SIZE": "schema",
     "StoreConfig": "schema",
-    "check_api": "schema",
-    "conf_dir": "schema",
-    "conform": "schema",
-    "group_choices": "schema",
+    "check_api": "validation",
+    "conf_dir": "load",
+    "conform": "validation",
+    "group_choices": "load",
     "is_secret_name": "redaction",
-    "load_config": "schema",
+    "load_config": "load",
     "redacted_logs": "redaction",
-    "redactor": "schema",
+    "redactor": "validation",
     "suite_hash": "schema",
-    "to_yaml": "schema",
-    "validate": "schema",
+    "to_yaml": "validation",
+    "validate": "validation",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -7,7 +7,7 @@ Ray Data callable; builders use vLLM or the API through `predictor_class`, a bat
 
 from __future__ import annotations
 
-from longeval.config.schema import Engine, ModelConfig
+from longeval.config import Engine, ModelConfig
 from longeval.engines.openai_compat import ApiPredictor
 from longeval.engines.stand_in import StandInEngine
 from longeval.engines.vllm_engine import VllmEngine, VllmPredictor

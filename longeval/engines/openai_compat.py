@@ -29,7 +29,7 @@ from typing import Any
 
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from longeval.config.schema import ApiConfig, ModelConfig, check_api
+from longeval.config import ApiConfig, ModelConfig, check_api
 from longeval.records import PREDICTION_SCHEMA, ErrorKind
 
 log = logging.getLogger(__name__)

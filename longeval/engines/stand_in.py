@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from longeval.config.schema import ModelConfig
+from longeval.config import ModelConfig
 from longeval.engines.vllm_engine import IDLE_WAIT_S, EngineStats, GiveBack, Request, next_requests
 from longeval.errors import ConfigError
 

@@ -28,7 +28,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from longeval.config.schema import ModelConfig
+from longeval.config import ModelConfig
 from longeval.engines.rope import Rotary, check_built, declared_rotary
 from longeval.engines.rotary_probe import ROTARY_PROBE
 from longeval.records import ErrorKind

@@ -22,7 +22,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from longeval.config.schema import ModelConfig
+from longeval.config import ModelConfig
 from longeval.engines.models import built_model_dir
 from longeval.engines.rope import check_rope_overrides, checkpoint_theta, text_config
 from longeval.errors import ConfigError

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longeval.config.schema import ModelConfig
+from longeval.config import ModelConfig
 from longeval.planning.capacity import ModelArch, get_gpu, kv_cache_tokens, plan_bucket
 
 PREFILL_MFU = 0.5

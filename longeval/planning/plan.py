@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from longeval.config.schema import Config, ModelConfig
+from longeval.config import Config, ModelConfig
 from longeval.errors import ConfigError
 from longeval.planning.capacity import (
     VLLM_MIN_DEFAULT_BATCHED_TOKENS,

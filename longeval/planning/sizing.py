@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from longeval.config.schema import Config, Dispatch, Engine
+from longeval.config import Config, Dispatch, Engine
 from longeval.planning.capacity import GIB, MIB, ModelArch, find_model_arch, kv_cache_tokens
 from longeval.planning.cost import DEFAULT_GPU, Cost, call_cost, replica_shape
 from longeval.planning.plan import Plan, Pool, size_pool, suite_seq_tokens

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from longeval.config.schema import Config, validate
+from longeval.config import Config, validate
 from longeval.errors import ConfigError, StaleScoresError, StoreError
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, ErrorKind
 from longeval.run.consistency import Consistency, State, check_root, planned_ids, summaries_current

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from longeval.cluster.ray_runtime import init_ray
-from longeval.config.schema import Config
+from longeval.config import Config
 from longeval.errors import ConfigError
 from longeval.planning.capacity import find_model_arch
 from longeval.planning.cost import DEFAULT_GPU, Cost, call_cost, replica_shape

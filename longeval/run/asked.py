@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-from longeval.config.schema import Config
+from longeval.config import Config
 from longeval.planning.plan import Plan, ShardSpec, make_plan
 from longeval.store.run_root import RunRoot
 

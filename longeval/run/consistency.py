@@ -15,7 +15,7 @@ from enum import StrEnum
 
 import pyarrow as pa
 
-from longeval.config.schema import Config
+from longeval.config import Config
 from longeval.planning.plan import in_plan, make_plan
 from longeval.records import (
     INSTANCE_SCHEMA,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from longeval.cluster.ray_runtime import check_shared_storage, init_ray
 from longeval.cluster.ray_runtime import unwrap_ray_errors as _unwrap_ray_errors
+from longeval.config import Config, redactor
 from longeval.config.redaction import redacted_logs
-from longeval.config.schema import Config, redactor
 from longeval.engines.models import resolve_model_path
 from longeval.errors import ConfigError, DamagedShardError, StaleScoresError, StoreError
 from longeval.planning.plan import Plan, make_plan

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from longeval import __version__
-from longeval.config.schema import ADAPTIVE_SHARD_SIZE, GROUP_SHARD_SIZE, SCHEDULE_BEFORE, Config, conform, to_yaml
+from longeval.config import ADAPTIVE_SHARD_SIZE, GROUP_SHARD_SIZE, SCHEDULE_BEFORE, Config, conform, to_yaml
 from longeval.errors import ConfigError
 from longeval.planning.plan import make_plan
 from longeval.store.run_root import RunRoot

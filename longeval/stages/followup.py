@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from longeval.config.schema import Config
+from longeval.config import Config
 from longeval.records import (
     INSTANCE_SCHEMA,
     PREDICTION_SCHEMA,

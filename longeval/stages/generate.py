@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from longeval.cluster import interrupt
 from longeval.cluster.ray_runtime import map_pool
-from longeval.config.schema import Config
+from longeval.config import Config
 from longeval.errors import DiskFullError
 from longeval.heap import release_freed_memory
 from longeval.planning.plan import Plan, ShardSpec

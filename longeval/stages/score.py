@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 from longeval import __version__
 from longeval.cluster import interrupt
 from longeval.cluster.ray_runtime import map_pool
-from longeval.config.schema import Config, suite_hash
+from longeval.config import Config, suite_hash
 from longeval.planning.plan import PlanKey, in_plan, make_plan, planned_keys
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, latest_predictions
 from longeval.run.consistency import prediction_fingerprints

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from longeval.config.schema import Config, validate
+from longeval.config import Config, validate
 from longeval.errors import StaleScoresError, StoreError
 from longeval.records import INSTANCE_SCHEMA, SCORE_SCHEMA
 from longeval.run.consistency import SUMMARY_INPUT, Consistency, State, check_root, planned_ids, scores_digest

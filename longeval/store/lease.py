@@ -40,7 +40,7 @@ from longeval.errors import LeaseHeldError, StoreError
 from longeval.store.run_root import RunRoot
 
 if TYPE_CHECKING:
-    from longeval.config.schema import StoreConfig
+    from longeval.config import StoreConfig
 
 __all__ = ["LEASE_DIR", "Holder", "Lease", "acquire", "claim_name", "current", "held_generation", "held_message",
            "hold", "superseded", "writer_warning"]

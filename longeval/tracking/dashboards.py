@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from longeval.config.schema import conf_dir, group_choices
+from longeval.config import conf_dir, group_choices
 from longeval.errors import ConfigError
 from longeval.tasks import FAMILIES, get_task
 from longeval.tasks.family import Panel

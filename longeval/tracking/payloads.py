@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from longeval.config.schema import Config, redactor, to_yaml
+from longeval.config import Config, redactor, to_yaml
 from longeval.stats.aggregate import DEPTH_BIN, EFFECTIVE_LENGTH_THRESHOLD, depth_grid, headline, length_table
 from longeval.store.run_root import RunRoot
 from longeval.tasks import FAMILIES

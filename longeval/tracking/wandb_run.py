@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from longeval.config.schema import Config, redactor
+from longeval.config import Config, redactor
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, latest_predictions
 from longeval.store.run_root import RunRoot
 from longeval.store.shards import ShardName

@@ -33,7 +33,7 @@ def test_built_pool_feeds_mrcr_instances(tmp_path, tiny_model_path, capsys):
     assert info["model_id"] == "tiny-random" and info["seed"] == 0
     assert 0 < table.num_rows <= 32 and set(table["model_id"].to_pylist()) == {"tiny-random"}
 
-    from longeval.config.schema import load_config
+    from longeval.config import load_config
     from longeval.planning.plan import ShardSpec
     from longeval.stages.generate import generate_shard, make_context
 

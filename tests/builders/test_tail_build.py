@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from longeval.cli import main
-from longeval.config.schema import load_config
+from longeval.config import load_config
 from longeval.records import INSTANCE_SCHEMA
 from longeval.run.pipeline import run
 from longeval.store.run_root import RunRoot

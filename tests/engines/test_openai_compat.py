@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from longeval.cli import main
-from longeval.config.schema import ApiConfig, load_config
+from longeval.config import ApiConfig, load_config
 from longeval.engines.openai_compat import ApiPredictor, chat_messages, retry_after_s
 from longeval.errors import ConfigError
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA

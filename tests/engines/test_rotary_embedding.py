@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from longeval.config.schema import ModelConfig
+from longeval.config import ModelConfig
 from longeval.engines.vllm_engine import VllmEngine
 from longeval.errors import ConfigError
 from tests.rope_layouts import QWEN_YARN, YARN_DOCUMENTED, YARN_WITH_THETA, layout_model

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
-from longeval.config.schema import Engine, conf_dir, group_choices, load_config
+from longeval.config import Engine, conf_dir, group_choices, load_config
 from longeval.engines import predictor_class, replica_engine_class
 from longeval.engines.stand_in import WRONG_ANSWER, StandInEngine, StandInSettings, answers_right
 from longeval.engines.vllm_engine import Request, VllmEngine

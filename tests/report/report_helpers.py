@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from longeval.config.schema import to_yaml, validate
+from longeval.config import to_yaml, validate
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, content_id
 from longeval.run.consistency import prediction_fingerprints
 from longeval.stages.summarise import report

@@ -215,7 +215,7 @@ def test_a_new_family_gets_its_depth_heatmap_and_a_family_without_depths_none(tm
     """The example family (tests/example_family) declares no report section: its instances carry depths, so the
     report draws a depth x length heatmap binned from its scores, as docs/adding-a-family.md promises; no family
     name of the report's own code is involved (issue #47)."""
-    from longeval.config.schema import validate
+    from longeval.config import validate
     from longeval.report.html import write_report
     from longeval.tasks import FAMILIES, TASKS
     from tests.example_family import FAMILY

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from longeval.cli import main
-from longeval.config.schema import load_config
+from longeval.config import load_config
 from longeval.records import SCORE_SCHEMA
 from longeval.run.consistency import PARTIAL_EXIT
 from longeval.run.pipeline import run

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from longeval.config.schema import ModelConfig
+from longeval.config import ModelConfig
 from longeval.errors import ConfigError
 from longeval.tasks import get_task
 from longeval.tasks.base import GenContext, instance_rng, make_instance, output_budget

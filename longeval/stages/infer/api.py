@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from longeval.cluster import interrupt
-from longeval.config.schema import Config
+from longeval.config import Config
 from longeval.engines.openai_compat import ApiPredictor
 from longeval.planning.plan import Pool
 from longeval.records import prediction_table

@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from longeval.cluster import interrupt
-from longeval.config.schema import Config
+from longeval.config import Config
 from longeval.records import ErrorKind, Prediction, prediction_table
 from longeval.stages.infer.dispatch import Work, WorkQueue, group_by_context, reads
 from longeval.stages.infer.failures import cause_of, stop_on_fatal

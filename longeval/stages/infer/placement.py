@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from longeval.config.schema import Config
+from longeval.config import Config
 from longeval.errors import LongevalError
 from longeval.planning.plan import Pool, suite_seq_tokens
 from longeval.planning.plan import size_pool as plan_size_pool

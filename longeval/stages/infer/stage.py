@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from longeval.cluster import interrupt
-from longeval.config.schema import Config, Dispatch
+from longeval.config import Config, Dispatch
 from longeval.planning.plan import Plan, Pool, in_plan
 from longeval.records import INSTANCE_SCHEMA, ErrorKind, Prediction, prediction_table
 from longeval.run.asked import only_asked

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from longeval.config.schema import load_config
+from longeval.config import load_config
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
 from longeval.run.pipeline import run
 from longeval.store.run_root import RunRoot

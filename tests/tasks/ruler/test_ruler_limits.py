@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from longeval.config.schema import load_config
+from longeval.config import load_config
 from longeval.errors import ConfigError
 from longeval.tasks.ruler import niah
 from longeval.tasks.ruler.variable_tracking import _chains
