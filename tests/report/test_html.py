@@ -11,8 +11,10 @@ from html.parser import HTMLParser
 
 import pyarrow as pa
 
-from longeval.report.html import PairView, build_page, families
+from longeval.report.html import build_page
 from longeval.report.runs import RunData, unique_labels
+from longeval.report.sections import families
+from longeval.report.view import PairView
 from longeval.stats.aggregate import headline, length_table, summarise
 from longeval.stats.compare import compare_scores
 
@@ -186,8 +188,8 @@ def test_a_runs_note_reaches_the_page() -> None:
 
 
 def test_the_html_table_gives_a_near_threshold_length_the_range_a_full_sweep_could_give() -> None:
-    from longeval.report.html import adaptive_section
     from longeval.report.runs import RunData
+    from longeval.report.sections import adaptive_section
     from longeval.run.adaptive_rounds import CELL_SCHEMA, LENGTH_SCHEMA
 
     cells = pa.Table.from_pylist([{"task": "ruler/vt", "target_length": 4096, "instances": 500, "cap": 500,
