@@ -29,6 +29,7 @@ _EXPORTS = {
     "kv_cache_tokens": "capacity",
     "make_plan": "plan",
     "planned_keys": "plan",
+    "print_plan": "view",
     "replica_shape": "cost",
     "samples_per_length": "plan",
     "size_pool": "plan",
