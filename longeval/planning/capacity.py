@@ -11,6 +11,10 @@ until TP exceeds the KV heads (vLLM then keeps one replicated KV head per GPU).
 
 These are estimates: vLLM's profile run decides at start-up. They are close for dense decoder-only models
 and say early whether a length fits at all, with how many GPUs, and how many sequences at once.
+
+One module, though over 600 lines: the model's shapes (`ModelArch`, read from config.json or the preset) exist for
+this arithmetic and carry its per-token formulas, and the context checks (`check_runnable`, `context_warnings`)
+answer the same question from the same shapes, whether a length fits the model.
 """
 
 from __future__ import annotations

@@ -43,6 +43,10 @@ Group bounds split it further over the member tasks.
 
 A decision is about the full sweep's score; where that score is itself within its sampling noise of the threshold
 (`near_threshold`), the cell and any effective length it could move are flagged rather than passed off as firm.
+
+One module, though over 600 lines: the group targets' bounds (its last section) are this same betting sequence run
+on column averages, with the same `Settings`, fractions, bisection and decisions, and the derivation above is theirs
+too; apart, each half would import the other's private pieces.
 """
 
 from __future__ import annotations
