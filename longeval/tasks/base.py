@@ -18,8 +18,9 @@ from longeval.errors import LengthError
 from longeval.records import Instance, content_id
 from longeval.scoring.judgement import Judge
 from longeval.store.location import fingerprint
-from longeval.text.corpus import essays_identity
+from longeval.text.corpus import essays_identity, load_essays
 from longeval.text.fit import context_budget, fit_context  # noqa: F401  (their home before longeval.text.fit)
+from longeval.text.haystack import EssayHaystack
 from longeval.text.pieces import Piece, assemble
 from longeval.text.render import Frame, PromptFormat, render_frame, render_parts
 from longeval.text.tokenizer import Encoder
@@ -58,6 +59,12 @@ class GenContext:
     def data_id(self) -> str:
         """A fingerprint of the data behind the instances: the essay corpus and the QA files' bytes."""
         return self.cached(("data_id",), lambda: data_fingerprint(self.data))
+
+    def essay_haystack(self) -> EssayHaystack:
+        """The essay haystack of `suite.data.essay_dir` (`text.haystack.EssayHaystack`: the corpus's sentences
+        encoded once, and which units begin one), built on first use and kept for the process."""
+        corpus = load_essays(self.data.essay_dir)
+        return self.cached(("essay-sentences", corpus.fingerprint), lambda: EssayHaystack.of(self.encoder, corpus))
 
     def frame(self, user_text: str, answer_prefix: str, *, example: tuple[str, str] = ("", "")) -> Frame:
         """The encoded frame of a user message with one `{context}` slot (`text.render.render_frame`): found as
