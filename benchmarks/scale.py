@@ -535,9 +535,9 @@ class Harness:
         return squad, hotpot
 
     def start_s3(self) -> None:
-        from tests.s3server import _free_ports, start_seaweedfs
+        from tests.s3server import free_loopback_ports, start_seaweedfs
 
-        (port,) = _free_ports(1)
+        (port,) = free_loopback_ports(1)
         shutil.rmtree(self.workdir / "seaweedfs", ignore_errors=True)  # a fresh server: its log is counted from 0
         self.server = start_seaweedfs(self.workdir / "seaweedfs", bucket="longeval-scale",
                                       extra_args=[f"-metricsPort={port}"], verbosity=2)

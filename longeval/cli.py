@@ -60,7 +60,9 @@ def _progress() -> Progress:
                     TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False)
 
 
-def _print_results(result) -> None:
+def print_results(result) -> None:
+    """What `longeval run` prints when it reports: the results table (and what makes it not RULER's), the errors,
+    each family's own tables, the adaptive decisions, a partial run's warning, and where the results are."""
     from longeval.report.table import render_declared, render_errors, render_results
     from longeval.tasks import FAMILIES
 
@@ -129,7 +131,7 @@ def cmd_run(overrides: list[str], stages: tuple[str, ...]) -> int:
             result = run(cfg, stages=stages, progress=progress)
         interrupt.check()  # a Ctrl-C that a library swallowed still ends the run as interrupted
     if "report" in stages:
-        _print_results(result)
+        print_results(result)
         return _exit_code(result.consistency is not None and not result.consistency.complete)
     console.print(f"done: {result.root}")
     check = result.consistency  # after `score` or `infer` (`pipeline._checked`): what they left partial, if anything
@@ -223,7 +225,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from longeval.stages.summarise import summarise_root
 
     _probe(roots)
-    _warn_if_written(roots)
+    warn_if_written(roots)
     result = write_report(roots, args.output or "report.html", resamples=args.resamples, seed=args.seed,
                           compare=not args.no_compare, summarise=summarise_root)
     for run in result.runs:
@@ -253,7 +255,7 @@ def _probe(roots: list[str]) -> None:
             root.probe()
 
 
-def _warn_if_written(roots: list[str]) -> None:
+def warn_if_written(roots: list[str]) -> None:
     """One line per run root another live process is writing (holds its lease): its numbers may still change."""
     from longeval.store.lease import writer_warning
     from longeval.store.run_root import RunRoot
@@ -271,7 +273,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from longeval.store.run_root import RunRoot
 
     _probe([args.a, args.b])
-    _warn_if_written([args.a, args.b])
+    warn_if_written([args.a, args.b])
     roots = [RunRoot(uri, remember_listings=True) for uri in (args.a, args.b)]
     a, b = (root.uri for root in roots)
     # stale scores are refused here; a root without scores gets load_scores' message

@@ -289,11 +289,11 @@ def test_a_groups_columns_bet_near_the_largest_bet_and_decide_a_far_length_soone
     """`column_fractions`: one task keeps dKelly's even grid; a group's fractions are packed towards the largest
     bet (all in (0, 1)), so two columns of zeros rule out the threshold at alpha = 0.05 / 2 (the even grid needs
     three), the 128K length of a suite far below it (benchmarks/README.md, "A prior for the column averages")."""
-    from longeval.stats.adaptive import _FRACTIONS, column_fractions
+    from longeval.stats.adaptive import FRACTIONS, column_fractions
 
-    assert np.array_equal(column_fractions(1), _FRACTIONS)
+    assert np.array_equal(column_fractions(1), FRACTIONS)
     packed = column_fractions(13)
-    assert np.all((packed > 0) & (packed < 1)) and np.median(packed) > 0.99 > np.median(_FRACTIONS)
+    assert np.all((packed > 0) & (packed < 1)) and np.median(packed) > 0.99 > np.median(FRACTIONS)
     zeros = np.zeros(2)
     assert crossed(zeros, 0.856, alpha=0.025, side=DOWN, fractions=packed)[-1]
     assert not crossed(zeros, 0.856, alpha=0.025, side=DOWN)[-1]

@@ -92,7 +92,7 @@ def test_group_targets_default_to_the_measured_schedule_and_a_root_keeps_the_one
 
     from longeval.config import to_yaml
     from longeval.errors import ConfigError
-    from longeval.run.provenance import _check_same_config, older_default_root
+    from longeval.run.provenance import check_same_config, older_default_root
 
     base = ["suite=ruler", *(a for a in TINY if not a.startswith("suite.shard_size")), f"store.root={tmp_path}",
             "run_name=r"]  # RULER sets no shard size of its own (quick, the default suite, does)
@@ -122,8 +122,8 @@ def test_group_targets_default_to_the_measured_schedule_and_a_root_keeps_the_one
                                           "suite.adaptive_column_power=1.0 suite.adaptive_step=10; this run would go "
                                           "on with "
                                           "suite.shard_size=2 suite.adaptive_growth=1.25"):
-        _check_same_config(suite, root)
-    _check_same_config(load_config([*base, "suite.adaptive_target=suite", "suite.shard_size=10",
+        check_same_config(suite, root)
+    check_same_config(load_config([*base, "suite.adaptive_target=suite", "suite.shard_size=10",
                                     "suite.adaptive_growth=1.0", "suite.adaptive_round_max=0",
                                     "suite.adaptive_alpha_split=equal", "suite.adaptive_column_power=1",
                                     "suite.adaptive_step=10"]), root)
@@ -133,10 +133,10 @@ def test_group_targets_default_to_the_measured_schedule_and_a_root_keeps_the_one
     root.write_text("config.yaml", OmegaConf.to_yaml(before_step))
     with pytest.raises(ConfigError, match="sampled with suite.shard_size=2 .*suite.adaptive_step=2; this run would go "
                                           "on with .*suite.adaptive_step=1"):
-        _check_same_config(suite, root)
-    _check_same_config(load_config([*base, "suite.adaptive_target=suite", "suite.adaptive_step=2"]), root)
+        check_same_config(suite, root)
+    check_same_config(load_config([*base, "suite.adaptive_target=suite", "suite.adaptive_step=2"]), root)
     root.write_text("config.yaml", OmegaConf.to_yaml(old))
-    _check_same_config(load_config([*base, "suite.adaptive=false", "suite.shard_size=10", "suite.shuffle=true"]),
+    check_same_config(load_config([*base, "suite.adaptive=false", "suite.shard_size=10", "suite.shuffle=true"]),
                        root)  # completing it into the full sweep: no schedule to keep
     # under the default run name (it hashes the shard size) the older root is found and named, not reused silently
     unnamed = [a for a in base if not a.startswith("run_name")]

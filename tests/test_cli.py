@@ -286,7 +286,7 @@ def test_the_results_table_says_when_the_essay_haystack_is_not_rulers(capsys, tm
 
     import pyarrow.compute as pc
 
-    from longeval.cli import _print_results
+    from longeval.cli import print_results
     from longeval.report.runs import load_run
     from longeval.stages.summarise import RunResult
     from longeval.text.corpus import PAUL_GRAHAM, PYDOC
@@ -302,19 +302,19 @@ def test_the_results_table_says_when_the_essay_haystack_is_not_rulers(capsys, tm
     line = "not RULER's haystack: ruler/niah_single_2 ran on the essay haystack"
 
     (root / "versions.json").write_text(json.dumps({"essay_corpus": {"name": PYDOC}}), encoding="utf-8")
-    _print_results(result)
+    print_results(result)
     out = " ".join(capsys.readouterr().out.split())
     assert line in out and f"{PYDOC!r}, not RULER's Paul Graham essays" in out
     assert "not comparable with RULER's published table" in out
     assert out.index("not RULER's haystack") < out.index("results: ")
-    _print_results(RunResult(root=str(root), tables=load_run(str(root)).tables))  # no essay task: nothing to say
+    print_results(RunResult(root=str(root), tables=load_run(str(root)).tables))  # no essay task: nothing to say
     assert "not RULER's haystack" not in capsys.readouterr().out
 
     (root / "versions.json").write_text(json.dumps({"essay_corpus": {"name": PAUL_GRAHAM}}), encoding="utf-8")
-    _print_results(result)
+    print_results(result)
     assert "not RULER's haystack" not in capsys.readouterr().out
     (root / "versions.json").unlink()  # a run from before versions.json named the corpus
-    _print_results(result)
+    print_results(result)
     assert "not RULER's haystack" not in capsys.readouterr().out
 
 

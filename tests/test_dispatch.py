@@ -568,12 +568,12 @@ def test_a_replica_that_dies_after_giving_back_does_not_requeue_what_it_gave():
     assert queue.take(0, 8, finished=["i0001"], now=25.0) is None
 
 
-def _simulate_with_give_back(rows: list[Work], speeds: list[float], slots: int, *, ahead: list[int]
-                             ) -> tuple[list[float], dict[str, int]]:
+def _simulate_with_give_back(rows: list[Work], speeds: list[float], slots: int, *, ahead: list[int],
+                             moves: bool = True) -> tuple[list[float], dict[str, int]]:
     """As `_simulate`, with the replicas giving back what the queue asks for (the engine drops a prompt in flight),
     and replica k's first `ahead[k]` prompts taken before any other replica asks (a slow replica's first batch,
-    committed before any speed is known)."""
-    queue = WorkQueue(rows, len(speeds))
+    committed before any speed is known); `moves=False`: the queue asks nothing back."""
+    queue = WorkQueue(rows, len(speeds), moves=moves)
     running: list[list[tuple[float, Work]]] = [[] for _ in speeds]
     clock, busy_until, ran_on = 0.0, [0.0] * len(speeds), {}
     finished: list[list[str]] = [[] for _ in speeds]
@@ -619,15 +619,14 @@ def _simulate_with_give_back(rows: list[Work], speeds: list[float], slots: int, 
                 busy_until[k] = max(busy_until[k], t)
 
 
-def test_a_slow_replicas_first_batch_moves_to_the_free_replica_at_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_slow_replicas_first_batch_moves_to_the_free_replica_at_the_end() -> None:
     """The slow replica's first batch (the heaviest contexts, at a quarter of the other's speed) is taken before
     any speed is known: without giving work back the fast replica ran out with most of the pool's time to go."""
     costs = [100, 150, 200, 300]
     rows = [Work(f"i{k:03d}", f"c{k:03d}", costs[k % 4], "s") for k in range(24)]
     busy, ran_on = _simulate_with_give_back(rows, [1.0, 0.25], slots=8, ahead=[0, 8])
     assert sorted(ran_on) == sorted(w.instance_id for w in rows)
-    monkeypatch.setattr(WorkQueue, "_ask_back", lambda self, *args, **kwargs: 0)
-    kept, kept_on = _simulate_with_give_back(rows, [1.0, 0.25], slots=8, ahead=[0, 8])
+    kept, kept_on = _simulate_with_give_back(rows, [1.0, 0.25], slots=8, ahead=[0, 8], moves=False)
 
     def idle(busy: list[float]) -> float:
         return sum(max(busy) - b for b in busy) / (len(busy) * max(busy))

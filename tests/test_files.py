@@ -70,9 +70,9 @@ def test_join_full_and_path(tmp_path: Path) -> None:
 
 def test_a_location_pickles_without_its_filesystem(tmp_path: Path) -> None:
     location = Location(str(tmp_path))
-    assert location.fs is not None
+    assert location.fs is not None and location.fs_built
     clone = pickle.loads(pickle.dumps(location))
-    assert clone._fs_cache is None and clone.uri == location.uri
+    assert not clone.fs_built and clone.uri == location.uri
     assert isinstance(clone.fs, pafs.LocalFileSystem)
 
 

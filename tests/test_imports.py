@@ -174,11 +174,160 @@ def test_function_local_lines_finds_imports_in_functions_and_methods_only():
     assert function_local_lines(tree) == {3, 5, 9}
 
 
-@pytest.mark.parametrize("package", sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()))
-def test_every_name_a_package_offers_resolves(package):
-    """A package face's `__all__` (its public surface) names only what exists: a moved name fails here."""
+PACKAGES = sorted(module_name(path) for path in PACKAGE.rglob("__init__.py"))
+"""longeval and every package in it, nested ones too (`longeval.stages.infer`, `longeval.tasks.ruler`)."""
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_package_names_what_it_offers(package):
+    """A package face (its `__init__`) has a docstring saying what it offers and an `__all__`, its public surface,
+    which names only what exists (a moved name fails here) and no module of the package (`from package import
+    name` would give the module or the name, depending on what was imported before)."""
     import importlib
 
-    module = importlib.import_module(f"longeval.{package}")
-    missing = [name for name in getattr(module, "__all__", ()) if not hasattr(module, name)]
-    assert not missing, f"longeval.{package}.__all__ names what it does not have: {missing}"
+    module = importlib.import_module(package)
+    assert (module.__doc__ or "").strip(), f"{package}/__init__.py has no docstring saying what the package offers"
+    offered = getattr(module, "__all__", None)
+    assert offered, f"{package}/__init__.py has no __all__: list its public names (re-exports or `_EXPORTS`)"
+    missing = [name for name in offered if not hasattr(module, name)]
+    assert not missing, f"{package}.__all__ names what it does not have: {missing}"
+    folder = PACKAGE.parent / package.replace(".", "/")
+    modules = {p.stem for p in folder.glob("*.py")} | {p.name for p in folder.iterdir() if (p / "__init__.py").exists()}
+    assert not set(offered) & modules, f"{package}.__all__ names its own modules: {sorted(set(offered) & modules)}"
+
+
+# -- the public surface: code outside the package uses only public names (issue #47) ---------------------------
+
+OUTSIDE = ("tests", "benchmarks", "jobs", "dashboards")
+"""The code beside the package that must use its public names (or a named testing seam), never its internals."""
+OWN = ("longeval", *OUTSIDE)
+"""Top-level names of this repository's modules: an underscored name imported from any of them is another
+module's internal."""
+REACHING = {"setattr", "getattr", "hasattr", "delattr"}
+"""Calls that reach an attribute by its name as a string (`monkeypatch.setattr(module, "_name", ...)` too)."""
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and name != "_" and not (name.startswith("__") and name.endswith("__"))
+
+
+def _own(module: str) -> bool:
+    return module.split(".")[0] in OWN
+
+
+def private_names(package: Path = PACKAGE) -> set[str]:
+    """Every underscored name the package defines: functions, classes, variables, attributes (`self._x = ...`)."""
+    return set().union(*(_defined(ast.parse(path.read_text(), str(path))) for path in package.rglob("*.py")))
+
+
+def _defined(tree: ast.AST) -> set[str]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            found.add(node.attr)
+    return {name for name in found if _private(name)}
+
+
+def _base(node: ast.expr) -> ast.expr:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node
+
+
+def private_uses(path: Path, internals: set[str], root: Path = PACKAGE.parent) -> list[str]:
+    """`path:line what` for every internal of another module that `path` reaches: `from longeval.x import _y` (or
+    from a test helper), `import longeval.x._y`, `module._y` on a name imported from longeval, `obj._y` for an
+    underscored name longeval defines (`root._kept`) and the file does not, and `monkeypatch.setattr(module,
+    "_y", ...)` or `setattr("longeval.x._y", ...)`."""
+    tree = ast.parse(path.read_text(), str(path))
+    where = path.relative_to(root)
+    own_here = _defined(tree)
+    bound: set[str] = set()  # names this file binds to longeval's (and its helpers') modules and objects
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if _own(alias.name):
+                    bound.add(alias.asname or alias.name.split(".")[0])
+                    found += [(node.lineno, alias.name)] if any(map(_private, alias.name.split("."))) else []
+        elif isinstance(node, ast.ImportFrom) and (node.level or _own(node.module or "")):
+            module = "." * node.level + (node.module or "")
+            for alias in node.names:
+                bound.add(alias.asname or alias.name)
+                if _private(alias.name) or any(map(_private, (node.module or "").split("."))):
+                    found.append((node.lineno, f"{module}.{alias.name}" if node.module else module + alias.name))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            base = _base(node.value)
+            name = base.id if isinstance(base, ast.Name) else None
+            if name in bound or (name not in ("self", "cls") and node.attr in internals - own_here):
+                found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Call) and len(node.args) >= 1:
+            func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if func not in REACHING:
+                continue
+            first, second = node.args[0], node.args[1] if len(node.args) > 1 else None
+            if isinstance(first, ast.Constant) and isinstance(first.value, str) and _own(first.value) \
+                    and any(map(_private, first.value.split("."))):
+                found.append((node.lineno, first.value))
+            elif isinstance(second, ast.Constant) and isinstance(second.value, str) and _private(second.value):
+                base = _base(first)
+                name = base.id if isinstance(base, ast.Name) else None
+                if name in bound or (name not in ("self", "cls") and second.value in internals - own_here):
+                    found.append((node.lineno, f"{ast.unparse(first)}.{second.value}"))
+    return [f"{where}:{line} {what}" for line, what in sorted(set(found))]
+
+
+def test_code_outside_the_package_uses_only_public_names():
+    """Tests, benchmarks, jobs and dashboards use a module's public names or a named testing seam (`RunRoot.
+    kept_reads`, `WorkQueue(moves=False)`), never an underscored internal of another module: an internal can then
+    change without a test to rewrite, and what a test pins down is what callers rely on."""
+    internals = private_names()
+    root = PACKAGE.parent
+    found = [use for folder in OUTSIDE if (root / folder).is_dir()
+             for path in sorted((root / folder).rglob("*.py")) for use in private_uses(path, internals)]
+    assert not found, ("underscored names of another module (make the name public, give the test a named testing "
+                       "seam, or test through public behaviour):\n" + "\n".join(found))
+
+
+def test_the_public_names_check_sees_each_way_in(tmp_path):
+    """Planted: every way a file can reach another module's internal is reported; public names, dunders, its own
+    classes' attributes and a third-party object's unknown internals are not."""
+    (tmp_path / "tests").mkdir()
+    planted = tmp_path / "tests" / "test_planted.py"
+    planted.write_text(
+        "import longeval.store._hidden as hidden\n"
+        "from longeval.cli import _print_results, main\n"
+        "from longeval.store import lease, run_root\n"
+        "from tests.s3server import _free_ports\n"
+        "from . import _helper\n"
+        "\n"
+        "class Mine:\n"
+        "    def __init__(self):\n"
+        "        self._own = 1\n"
+        "\n"
+        "def test_it(monkeypatch, root, other):\n"
+        "    lease._listed(root)\n"
+        "    run_root.RunRoot._rel(root, 'x')\n"
+        "    monkeypatch.setattr(lease, '_listed', None)\n"
+        "    monkeypatch.setattr('longeval.store.lease._listed', None)\n"
+        "    root._kept.clear()\n"
+        "    Mine()._own, lease.__name__, other._not_longevals, self_free(root)\n"
+        "    getattr(root, '_footers')\n")
+    internals = {"_kept", "_footers", "_listed", "_rel"}
+    assert private_uses(planted, internals, tmp_path) == [
+        "tests/test_planted.py:1 longeval.store._hidden",
+        "tests/test_planted.py:2 longeval.cli._print_results",
+        "tests/test_planted.py:4 tests.s3server._free_ports",
+        "tests/test_planted.py:5 ._helper",
+        "tests/test_planted.py:12 lease._listed",
+        "tests/test_planted.py:13 run_root.RunRoot._rel",
+        "tests/test_planted.py:14 lease._listed",
+        "tests/test_planted.py:15 longeval.store.lease._listed",
+        "tests/test_planted.py:16 root._kept",
+        "tests/test_planted.py:18 root._footers",
+    ]

@@ -124,7 +124,7 @@ def test_racing_takeovers_have_exactly_one_winner(root: RunRoot, forced: bool,
     barrier, looked = threading.Barrier(ACQUIRERS), threading.Barrier(ACQUIRERS)
     won: list[lease.Lease] = []
     first_look = threading.local()
-    read_lease, listed = lease.current, lease._listed
+    read_lease, listed = lease.current, lease.lease_and_claims
 
     def listed_after_all_looked(at: RunRoot) -> tuple[lease.Holder | None, list[int]]:
         # Every contender reads the planted holder before any claims: a thread that a loaded machine starts
@@ -135,7 +135,7 @@ def test_racing_takeovers_have_exactly_one_winner(root: RunRoot, forced: bool,
             looked.wait()
         return holder
 
-    monkeypatch.setattr(lease, "_listed", listed_after_all_looked)
+    monkeypatch.setattr(lease, "lease_and_claims", listed_after_all_looked)
 
     def contend() -> None:
         first_look.contender = True  # (heartbeat threads and the test's own looks do not wait)
@@ -284,7 +284,7 @@ def test_lease_settings_are_checked(overrides: list[str]) -> None:
 
 @pytest.mark.engine
 def test_a_second_run_on_a_held_root_refuses_at_once(tmp_path: Path, tiny_model_path: Path) -> None:
-    from tests.test_pipeline_faults import TINY, _check_complete, _finish, _wait_for
+    from tests.test_pipeline_faults import TINY, check_complete, finish, wait_for
 
     args = [*TINY, f"store.root={tmp_path / 'runs'}", "run_name=leased"]
     root = RunRoot(load_config(args).run_root)
@@ -292,7 +292,7 @@ def test_a_second_run_on_a_held_root_refuses_at_once(tmp_path: Path, tiny_model_
     with open(first_log, "wb") as out:
         first = subprocess.Popen([sys.executable, "-m", "longeval.cli", "run", *args], stdout=out,
                                  stderr=subprocess.STDOUT, start_new_session=True)
-    _wait_for(lambda: root.files("_lease") != [] and current(root) is not None, first, first_log, "a lease")
+    wait_for(lambda: root.files("_lease") != [] and current(root) is not None, first, first_log, "a lease")
     holder = current(root)
     assert holder.pid == first.pid and not holder.released
     started = time.monotonic()
@@ -306,18 +306,18 @@ def test_a_second_run_on_a_held_root_refuses_at_once(tmp_path: Path, tiny_model_
     assert f"host {socket.gethostname()} pid {first.pid}" in errors[0]
     assert f"run {holder.run_id}" in errors[0] and "store.take_over_lease=true" in errors[0]
     assert elapsed < 60, f"refused only after {elapsed:.0f} s"
-    assert _finish(first, first_log) == 0, first_log.read_text()[-3000:]
-    _check_complete(root)  # every instance predicted once: nothing done twice
+    assert finish(first, first_log) == 0, first_log.read_text()[-3000:]
+    check_complete(root)  # every instance predicted once: nothing done twice
     assert current(root).released and current(root).run_id == holder.run_id
 
 
 def test_compare_and_report_warn_about_a_root_being_written(tmp_path: Path, capsys) -> None:
     from longeval import cli
     root = RunRoot(str(tmp_path / "run"))
-    cli._warn_if_written([root.uri])
+    cli.warn_if_written([root.uri])
     assert capsys.readouterr().out == ""
     _plant(root)
-    cli._warn_if_written([root.uri])
+    cli.warn_if_written([root.uri])
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and out.startswith("warning: run root ") and "host elsewhere pid 4242" in out
 

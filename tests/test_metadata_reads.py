@@ -249,10 +249,10 @@ def test_a_read_error_that_is_not_damage_stays_a_store_error_with_a_finite_cause
 
 
 def test_a_row_groups_planned_bytes_are_what_it_holds_once_read(huge) -> None:
-    """The reader sizes a run of row groups from the footer before reading it (`_ids_bytes`) and keeps what it
+    """The reader sizes a run of row groups from the footer before reading it (`ids_bytes`) and keeps what it
     read within its budget by `nbytes`: an estimate below `nbytes` (it left out the values' validity bitmap, an
     eighth of a byte a token) let a run that filled the budget push out its own last group, read again."""
-    from longeval.stages.infer.reader import _ids_bytes
+    from longeval.stages.infer.reader import ids_bytes
 
     root, _ = huge
     name = SHARDS[0].text
@@ -260,7 +260,7 @@ def test_a_row_groups_planned_bytes_are_what_it_holds_once_read(huge) -> None:
     groups = list(range(fragment.metadata.num_row_groups))
     tables = root.read_row_groups("instances", name, fragment, groups, ["prompt_token_ids"])
     for g, table in zip(groups, tables, strict=True):
-        assert 0 <= _ids_bytes(fragment.metadata, g) - table.nbytes <= 64, (g, table.nbytes)
+        assert 0 <= ids_bytes(fragment.metadata, g) - table.nbytes <= 64, (g, table.nbytes)
 
 
 def test_a_replica_keeps_the_index_of_its_open_shards_only(huge) -> None:

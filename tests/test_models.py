@@ -112,7 +112,7 @@ def test_failed_build_leaves_nothing_that_looks_done(tmp_path: Path) -> None:
         raise KeyboardInterrupt  # an interrupted conversion
 
     with pytest.raises(KeyboardInterrupt):
-        models._build_once(final, {}, build)
+        models.build_once(final, {}, build)
     assert not final.exists()
     assert list(final.parent.iterdir()) == []
 
@@ -123,8 +123,8 @@ def test_partial_of_a_killed_process_is_cleaned_up(tmp_path: Path) -> None:
     dead.wait()
     orphan = tmp_path / ".built.partial-orphan"
     orphan.mkdir()
-    (orphan / models._OWNER).write_text(json.dumps({"host": os.uname().nodename, "pid": dead.pid}))
-    models._build_once(final, {"k": 1}, lambda tmp: (tmp / "config.json").write_text("{}"))
+    (orphan / models.OWNER_FILE).write_text(json.dumps({"host": os.uname().nodename, "pid": dead.pid}))
+    models.build_once(final, {"k": 1}, lambda tmp: (tmp / "config.json").write_text("{}"))
     assert not orphan.exists()
     assert (final / "config.json").is_file()
 
@@ -134,7 +134,7 @@ def test_build_refuses_to_overwrite_a_foreign_folder(tmp_path: Path) -> None:
     foreign.mkdir()
     (foreign / "notes.txt").write_text("not a model")
     with pytest.raises(ModelPathError, match="not built by longeval"):
-        models._build_once(foreign, {}, lambda tmp: None)
+        models.build_once(foreign, {}, lambda tmp: None)
     assert (foreign / "notes.txt").is_file()
 
 

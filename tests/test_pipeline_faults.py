@@ -44,7 +44,7 @@ def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[
                                 stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _wait_for(condition: Callable[[], bool], proc: subprocess.Popen[bytes], log: Path, what: str) -> None:
+def wait_for(condition: Callable[[], bool], proc: subprocess.Popen[bytes], log: Path, what: str) -> None:
     deadline = time.monotonic() + TIMEOUT_S
     while time.monotonic() < deadline:
         if condition():
@@ -55,7 +55,7 @@ def _wait_for(condition: Callable[[], bool], proc: subprocess.Popen[bytes], log:
     pytest.fail(f"no {what} within {TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
 
 
-def _finish(proc: subprocess.Popen[bytes], log: Path) -> int:
+def finish(proc: subprocess.Popen[bytes], log: Path) -> int:
     try:
         return proc.wait(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -63,7 +63,7 @@ def _finish(proc: subprocess.Popen[bytes], log: Path) -> int:
         pytest.fail(f"the run did not finish in {TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
 
 
-def _check_complete(root: RunRoot, samples: int = SAMPLES) -> dict[str, str]:
+def check_complete(root: RunRoot, samples: int = SAMPLES) -> dict[str, str]:
     """Every instance (`samples` of them) has exactly one prediction, without errors; the outputs by instance id."""
     instances = root.read_stage("instances", INSTANCE_SCHEMA, columns=["instance_id"])["instance_id"].to_pylist()
     preds = root.read_stage("predictions", PREDICTION_SCHEMA)
@@ -92,19 +92,19 @@ def outage_run(seaweedfs: S3Server, s3_run_env: dict[str, str], tmp_path_factory
     def predictions_landed() -> bool:
         return bool(seaweedfs.keys("faults/outage/_manifest/predictions/"))
 
-    _wait_for(predictions_landed, proc, log, "predictions on S3")
+    wait_for(predictions_landed, proc, log, "predictions on S3")
     seaweedfs.crash()
     down_at = time.monotonic()
     time.sleep(8)
     seaweedfs.restart()
-    code = _finish(proc, log)
+    code = finish(proc, log)
     return code, time.monotonic() - down_at, log, f"{store}/outage"
 
 
 def test_an_s3_outage_mid_inference_is_waited_out(outage_run, s3_env: S3Server) -> None:
     code, _, log, uri = outage_run
     assert code == 0, log.read_text()[-3000:]
-    _check_complete(RunRoot(uri))
+    check_complete(RunRoot(uri))
     summary = RunRoot(uri).read_json("summary.json")["tasks"]
     assert [row["n"] for row in summary] == [4, 4, 4, 4]
 
@@ -116,15 +116,15 @@ def test_a_killed_driver_on_s3_resumes_without_losing_or_duplicating_rows(
     log = tmp_path / "killed.log"
     args = [f"store.root={store}", "run_name=killed"]
     proc = _start(args, s3_run_env, log)
-    _wait_for(lambda: len(s3_env.keys("faults/killed/_manifest/predictions/")) >= 2, proc, log, "two prediction parts")
+    wait_for(lambda: len(s3_env.keys("faults/killed/_manifest/predictions/")) >= 2, proc, log, "two prediction parts")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     written = len(s3_env.keys("faults/killed/_manifest/predictions/"))
     assert 2 <= written < SAMPLES, "the run finished before it could be killed"
     rerun = _start(args, s3_run_env, tmp_path / "rerun.log")
-    assert _finish(rerun, tmp_path / "rerun.log") == 0, (tmp_path / "rerun.log").read_text()[-3000:]
-    outputs = _check_complete(RunRoot(f"{store}/killed"))
-    reference = _check_complete(RunRoot(outage_run[3]))
+    assert finish(rerun, tmp_path / "rerun.log") == 0, (tmp_path / "rerun.log").read_text()[-3000:]
+    outputs = check_complete(RunRoot(f"{store}/killed"))
+    reference = check_complete(RunRoot(outage_run[3]))
     assert outputs == reference  # greedy, one prompt per engine call: the same text for every instance
     ours, theirs = (RunRoot(u).read_json("summary.json")["tasks"] for u in (f"{store}/killed", outage_run[3]))
     assert ours == theirs
@@ -152,17 +152,17 @@ def test_a_dead_engine_is_started_again_and_the_run_completes(victim: str, tmp_p
     engines = tmp_path / "dead" / "engines"
     if victim == "actor":
         manifest = tmp_path / "dead" / "_manifest" / "predictions"
-        _wait_for(lambda: manifest.is_dir() and any(manifest.iterdir()), proc, log, "predictions")
+        wait_for(lambda: manifest.is_dir() and any(manifest.iterdir()), proc, log, "predictions")
         [record] = _engine_records(engines)
         pid = record["pid"]
     else:
         # The engine core, by the pid the engine record names, killed as soon as the record is written (before the
         # replica's first prompt): found through the process tree, CI once saw the run end first.
-        _wait_for(lambda: engines.is_dir() and any(engines.glob("*.json")), proc, log, "an engine record")
+        wait_for(lambda: engines.is_dir() and any(engines.glob("*.json")), proc, log, "an engine record")
         [record] = _engine_records(engines)
         [pid] = record["engine_core_pids"]
     os.kill(pid, signal.SIGKILL)
-    assert _finish(proc, log) == 0, log.read_text()[-3000:]
-    _check_complete(root, samples=2 * 2 * 2)
+    assert finish(proc, log) == 0, log.read_text()[-3000:]
+    check_complete(root, samples=2 * 2 * 2)
     replicas = {r["replica"] for r in _engine_records(engines)}
     assert replicas == {"pool0/r0", "pool0/r0#1"}, replicas  # the replica, then its second life

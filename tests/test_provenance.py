@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from longeval.config import load_config, to_yaml
 from longeval.errors import ConfigError
-from longeval.run.provenance import COMPARED_SETTINGS, RUN_SETTINGS, _check_same_config, run_identity
+from longeval.run.provenance import COMPARED_SETTINGS, RUN_SETTINGS, check_same_config, run_identity
 from longeval.store.run_root import RunRoot
 
 
@@ -42,8 +42,8 @@ def test_an_older_config_lacking_a_setting_reads_as_none():
 
 def test_the_same_config_reruns_and_more_samples_too(made):
     cfg, root = made
-    _check_same_config(cfg, root)
-    _check_same_config(replace(cfg, suite=replace(cfg.suite, samples=5)), root)
+    check_same_config(cfg, root)
+    check_same_config(replace(cfg, suite=replace(cfg.suite, samples=5)), root)
 
 
 @pytest.mark.parametrize(("key", "change"), [
@@ -54,14 +54,14 @@ def test_the_same_config_reruns_and_more_samples_too(made):
 def test_a_changed_identifying_setting_is_refused_by_name(made, key, change):
     cfg, root = made
     with pytest.raises(ConfigError, match=rf"was made with {key}=.*; use another run_name"):
-        _check_same_config(change(cfg), root)
+        check_same_config(change(cfg), root)
 
 
 def test_changed_data_behind_the_root_is_refused(made):
     cfg, root = made
     root.write_json("versions.json", {"data_fingerprint": "not-the-current-data"})
     with pytest.raises(ConfigError, match="data files behind run root"):
-        _check_same_config(cfg, root)
+        check_same_config(cfg, root)
 
 
 def test_runs_compare_on_the_run_settings_but_the_model_and_data_location():
@@ -80,11 +80,11 @@ def test_completing_an_adaptive_root_into_the_full_sweep_needs_its_shard_size_an
     root.write_text("config.yaml", to_yaml(adaptive))
     with pytest.raises(ConfigError, match=r"suite\.shard_size=10 and suite\.shuffle=true; .*suite\.shard_size=25 "
                                           r"and suite\.shuffle=false .*Pass the root's settings"):
-        _check_same_config(load_config(args), root)
-    _check_same_config(load_config([*args, "suite.shard_size=10", "suite.shuffle=true"]), root)
+        check_same_config(load_config(args), root)
+    check_same_config(load_config([*args, "suite.shard_size=10", "suite.shuffle=true"]), root)
     # a shuffled cell's order depends on its count: more (or fewer) samples would reshuffle finished shards
     with pytest.raises(ConfigError, match=r"suite\.samples=20.*suite\.samples=30"):
-        _check_same_config(load_config([*args[:-1], "suite.samples=30", "suite.adaptive=true"]), root)
+        check_same_config(load_config([*args[:-1], "suite.samples=30", "suite.adaptive=true"]), root)
 
 
 WHOLE = load_config(["suite.tasks=[niah_single_1]", "suite.lengths=[1024]", "suite.samples=2"])
@@ -105,7 +105,7 @@ def test_a_damaged_config_yaml_is_named_with_what_it_is_checked_against_and_how_
     root = RunRoot(str(tmp_path / "run"))
     root.write_text("config.yaml", damage(to_yaml(WHOLE)))
     with pytest.raises(ConfigError) as err:
-        _check_same_config(WHOLE, root)
+        check_same_config(WHOLE, root)
     message = str(err.value)
     assert re.match(rf"{re.escape(root.path('config.yaml'))} is damaged: {why}", message), message
     assert "This command's config is checked against it, the config run root" in message
@@ -117,7 +117,7 @@ def test_a_config_yaml_that_is_not_text_is_damaged(tmp_path):
     root = RunRoot(str(tmp_path / "run"))
     root.write_bytes("config.yaml", b"\xff\xfe" + to_yaml(WHOLE).encode("utf-16-le"))
     with pytest.raises(ConfigError, match=r"is damaged: it is not UTF-8 text"):
-        _check_same_config(WHOLE, root)
+        check_same_config(WHOLE, root)
 
 
 def test_deleting_a_root_is_advised_only_when_it_holds_no_predictions(made):
@@ -127,16 +127,16 @@ def test_deleting_a_root_is_advised_only_when_it_holds_no_predictions(made):
     root.write_json("versions.json", {"data_fingerprint": "not-the-current-data"})
     for check in (reseeded, cfg):  # a changed setting, then changed data behind the root
         with pytest.raises(ConfigError) as err:
-            _check_same_config(check, root)
+            check_same_config(check, root)
         assert "use another run_name=..." in str(err.value)
         assert "or delete that run root (it holds no predictions) to start over" in str(err.value)
     root.write_table("predictions", "ruler.niah_single_1.L1024.s42.00000.p0", pa.table({"instance_id": ["a"]}))
     with pytest.raises(ConfigError) as err:
-        _check_same_config(reseeded, root)
+        check_same_config(reseeded, root)
     assert str(err.value) == (f"run root {root.uri} was made with suite.seed=42, not 7; use another run_name=... or "
                               "store.root=... to run with suite.seed=7, or pass suite.seed=42 to go on with that root")
     with pytest.raises(ConfigError) as err:
-        _check_same_config(cfg, root)
+        check_same_config(cfg, root)
     assert "use another run_name=... to evaluate the new data" in str(err.value) and "delete" not in str(err.value)
 
 

@@ -136,7 +136,7 @@ def test_vllm_rotary_matches_vllms_own_config_handling(tmp_path: Path) -> None:
     pytest.importorskip("vllm")
     from vllm.config import ModelConfig as VllmModelConfig
 
-    from longeval.engines.rope import _rotary
+    from longeval.engines.rope import rotary_of
 
     for i, (layout, overrides) in enumerate(CROSS):
         folder = tmp_path / f"{i}-{layout}"
@@ -146,7 +146,7 @@ def test_vllm_rotary_matches_vllms_own_config_handling(tmp_path: Path) -> None:
                              hf_overrides=json.loads(json.dumps(overrides)), max_model_len=2048).hf_config
         rope = dict(hf.rope_parameters)
         default = 1e6 if layout.startswith("qwen") else 10000.0
-        assert _rotary(rope, default_theta=default) == vllm_rotary(cfg(layout), overrides), (layout, overrides)
+        assert rotary_of(rope, default_theta=default) == vllm_rotary(cfg(layout), overrides), (layout, overrides)
 
 
 PRESETS = sorted(p.stem for p in (Path(__file__).parents[1] / "conf" / "model").glob("*.yaml"))

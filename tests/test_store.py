@@ -349,10 +349,11 @@ def test_metadata_read_from_many_shards_is_held_in_a_few_contiguous_tables_and_a
     root = RunRoot(str(tmp_path), remember_listings=True)
     ids = root.read_stage("predictions", PREDICTION_SCHEMA, columns=["instance_id", "error"])
     assert ids.num_rows == 390 and sorted(ids["instance_id"].to_pylist())[:2] == ["0-0", "0-1"]
-    buffers = {t.column("instance_id").chunks[0].buffers()[2].address for (stage, _), t in root._kept.items()
+    kept = root.kept_reads()
+    buffers = {t.column("instance_id").chunks[0].buffers()[2].address for (stage, _), t in kept.columns.items()
                if stage == "predictions"}
     assert len(buffers) == -(-130 // store.READ_BATCH)  # one contiguous table per batch, not one per shard
-    assert 35 <= len(root._footers) <= 40 and root._footer_bytes <= store.KEPT_FOOTER_BYTES
+    assert 35 <= len(kept.footers) <= 40 and kept.footer_bytes <= store.KEPT_FOOTER_BYTES
     again = root.read_stage("predictions", PREDICTION_SCHEMA, columns=["instance_id"])  # served from what is kept
     assert again["instance_id"].to_pylist() == ids["instance_id"].to_pylist()
 
@@ -429,13 +430,14 @@ def test_metadata_columns_are_answered_from_the_footer_as_the_file_holds_them(tm
     columns = ["instance_id", "max_new_tokens", "references", "meta"]
     for schema in (None, INSTANCE_SCHEMA):
         root = RunRoot(str(tmp_path), remember_listings=True)
-        fragment = root._loc.parquet(root._rel("instances", "s0.parquet"))
+        fragment = root.location.parquet(root.location.join("instances", "s0.parquet"))
         expected = fragment.to_table(columns=columns, schema=schema and pa.schema(
             [schema.field(c) for c in columns]))
         got = root.read_stage("instances", schema, columns=columns)
         assert got.equals(expected) and got.schema.equals(expected.schema, check_metadata=True)
-        (copy, _), = root._copies.values()
-        assert root._footer_bytes == copy.nbytes and not root._footers
+        kept = root.kept_reads()
+        (copy, _), = kept.copies.values()
+        assert kept.footer_bytes == copy.nbytes and not kept.footers
     assert RunRoot(str(tmp_path)).read_stage("instances", INSTANCE_SCHEMA).equals(long_prompts())
 
 
@@ -455,11 +457,12 @@ def test_a_kept_copy_answers_later_metadata_reads_without_the_file_and_costs_les
     assert FOOTER_METADATA in metadata.metadata
     root = RunRoot(str(tmp_path), remember_listings=True)
     root.read_stage("instances", INSTANCE_SCHEMA, columns=["instance_id"])
-    (copy, _), = root._copies.values()
-    assert not root._footers and root._footer_bytes == copy.nbytes < metadata.serialized_size
+    kept = root.kept_reads()
+    (copy, _), = kept.copies.values()
+    assert not kept.footers and kept.footer_bytes == copy.nbytes < metadata.serialized_size
     opened: list[str] = []
-    parquet = root._loc.parquet
-    monkeypatch.setattr(root._loc, "parquet", lambda rel, **kw: opened.append(rel) or parquet(rel, **kw))
+    parquet = root.location.parquet
+    monkeypatch.setattr(root.location, "parquet", lambda rel, **kw: opened.append(rel) or parquet(rel, **kw))
     meta = root.read_stage("instances", INSTANCE_SCHEMA, columns=["max_new_tokens", "references"])
     assert opened == [] and meta.equals(long_prompts().select(["max_new_tokens", "references"]))
     ids = root.read_stage("instances", INSTANCE_SCHEMA, columns=["instance_id", "prompt_token_ids"])

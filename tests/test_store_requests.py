@@ -130,7 +130,7 @@ def test_bulky_columns_are_never_kept(tmp_path: Path) -> None:
     root = RunRoot(str(tmp_path), remember_listings=True)
     root.write_table("predictions", "a", pa.table({"instance_id": ["i"], "output": ["x" * 100]}))
     assert root.read_stage("predictions", columns=["instance_id", "output"]).num_rows == 1
-    assert not root._kept  # prompts and outputs would make the driver's memory grow with the suite
+    assert not root.kept_reads().columns  # prompts and outputs would make the driver's memory grow with the suite
 
 
 # -- reads: what a stage pays per file it touches (≤ 3 requests, issue #22) ------------------------------------

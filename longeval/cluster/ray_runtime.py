@@ -49,10 +49,11 @@ def map_pool(ds: ray.data.Dataset, fn: type, **kwargs: Any) -> ray.data.Dataset:
         return ds.map_batches(fn, **kwargs, **NO_ACTOR_RESTARTS)
 
 
-# Ray puts Unix sockets at <temp_dir>/session_<date>_<time>_<pid>/sockets/plasma_store, 62 to 66 bytes
-# below its temp dir, and AF_UNIX paths stop at 107 bytes.
-_RAY_SOCKET_SUFFIX = 66  # 62 with a 5-digit pid; room for 7 digits and a longer date
-_AF_UNIX_MAX = 107
+RAY_SOCKET_SUFFIX = 66
+"""Bytes Ray puts below its temp dir for a Unix socket (<temp_dir>/session_<date>_<time>_<pid>/sockets/
+plasma_store, 62 to 66 bytes): 62 with a 5-digit pid; room for 7 digits and a longer date."""
+AF_UNIX_MAX = 107
+"""The longest AF_UNIX socket path, in bytes."""
 
 
 def ray_temp_dir(tmp: str | None = None) -> str:
@@ -63,7 +64,7 @@ def ray_temp_dir(tmp: str | None = None) -> str:
     """
     tmp = tmp or tempfile.gettempdir()
     under_tmp = os.path.join(tmp, "ray")
-    if len(under_tmp.encode()) + _RAY_SOCKET_SUFFIX <= _AF_UNIX_MAX:
+    if len(under_tmp.encode()) + RAY_SOCKET_SUFFIX <= AF_UNIX_MAX:
         return under_tmp
     digest = hashlib.sha256(tmp.encode()).hexdigest()[:8]
     return f"/tmp/ray-{digest}"  # one per TMPDIR, so concurrent sessions with their own TMPDIR stay apart

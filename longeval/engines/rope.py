@@ -133,7 +133,7 @@ def declared_rotary(config: Mapping[str, Any], overrides: Mapping[str, Any] | No
             rope = {**rope, **new}
     if overrides.get("rope_theta") is not None:
         rope["rope_theta"] = float(overrides["rope_theta"])
-    return _rotary(rope, default_theta=_model_default_theta(config))
+    return rotary_of(rope, default_theta=_model_default_theta(config))
 
 
 def vllm_rotary(config: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> Rotary:
@@ -149,7 +149,7 @@ def vllm_rotary(config: Mapping[str, Any], overrides: Mapping[str, Any] | None =
         if isinstance(value, Mapping):
             rope = dict(value)
     rope.setdefault("rope_type", "default")
-    return _rotary(rope, default_theta=_model_default_theta(config))
+    return rotary_of(rope, default_theta=_model_default_theta(config))
 
 
 def check_rope_overrides(config: Mapping[str, Any] | None, overrides: Mapping[str, Any] | None,
@@ -265,7 +265,9 @@ def _fix(declared: Rotary, overrides: Mapping[str, Any], where: str) -> str:
     return f"set {where}.rope_parameters with rope_type {declared.rope_type} and {theta}"
 
 
-def _rotary(rope: Mapping[str, Any], *, default_theta: float) -> Rotary:
+def rotary_of(rope: Mapping[str, Any], *, default_theta: float) -> Rotary:
+    """The rotary embedding `get_rope` builds from a final rope dict (`hf_config.rope_parameters`, with `rope_type`),
+    with `default_theta` for a dict without `rope_theta`."""
     rope_type = str(rope.get("rope_type") or "default")
     theta = rope.get("rope_theta")
     factor = rope.get("factor") if rope_type != "default" else None

@@ -22,7 +22,7 @@ from longeval.planning.plan import Plan, make_plan
 from longeval.run.adaptive_rounds import run_rounds, write_adaptive
 from longeval.run.asked import only_asked
 from longeval.run.consistency import Consistency, State, check_root
-from longeval.run.provenance import _check_same_config, older_default_root, write_provenance
+from longeval.run.provenance import check_same_config, older_default_root, write_provenance
 from longeval.stages.followup import write_followups
 from longeval.stages.generate import generate, preflight
 from longeval.stages.infer import infer, pending_predictions
@@ -55,7 +55,7 @@ def run(cfg: Config, *, stages: Iterable[str] = STAGES, progress=None) -> RunRes
         model_path = str(resolve_model_path(cfg.model.path))
         root = RunRoot(cfg.run_root, remember_listings=True)  # stages others write say so (`written_elsewhere`)
         root.probe()  # a wrong endpoint, bucket or key fails now; later S3 errors are waited out (store.py)
-        _check_same_config(cfg, RunRoot(cfg.run_root))  # refused before the lease; `_run` checks again under it
+        check_same_config(cfg, RunRoot(cfg.run_root))  # refused before the lease; `_run` checks again under it
         created = _created_folders(root)
         own = (*OWN_FILES, tracking.STATE_FILE) if cfg.tracking.backend == "wandb" else OWN_FILES
         with (lease.hold(root, cfg.store, command=f"longeval {' '.join(stages)}",
@@ -123,7 +123,7 @@ def _run(cfg: Config, stages: list[str], root: RunRoot, progress, plan: Plan, mo
                     "suite.adaptive_round_max=0 suite.adaptive_alpha_split=equal suite.adaptive_column_power=1 "
                     "suite.adaptive_step=10 (docs/adaptive.md)", older,
                     root.uri, cfg.suite.adaptive_target, older.rstrip("/").rsplit("/", 1)[-1])
-    _check_same_config(cfg, root)
+    check_same_config(cfg, root)
     if "generate" not in stages and not root.shard_names("instances"):  # (a mistyped run_name or store.root)
         raise StoreError(f"run root {root.uri} holds no instances: nothing to {' or '.join(stages)}; check that the "
                          "overrides name the run you meant (store.root, run_name, model, suite), or generate it first: "

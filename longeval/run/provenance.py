@@ -103,7 +103,7 @@ class StoredConfig:
 
 def stored_config(root: RunRoot) -> StoredConfig | None:
     """The run root's config.yaml, None when it has none. A damaged file is no error here: a run refuses it
-    (`_check_same_config`), a report reads the root from its instances instead (`report.runs`)."""
+    (`check_same_config`), a report reads the root from its instances instead (`report.runs`)."""
     raw = root.read_if_exists("config.yaml")
     if raw is None:
         return None
@@ -149,7 +149,7 @@ def damaged_config_message(root: RunRoot, damage: str) -> str:
             f"{root.uri} -o report.html` reads the root from its instances meanwhile)")
 
 
-def _check_same_config(cfg: Config, root: RunRoot) -> None:
+def check_same_config(cfg: Config, root: RunRoot) -> None:
     """Refuse to mix instances from a different suite or model into an existing run root, and to check against a
     damaged config.yaml (whose missing keys would read as settings the root was never made with)."""
     stored = stored_config(root)

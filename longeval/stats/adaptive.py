@@ -65,6 +65,7 @@ __all__ = [
     "UNDECIDED",
     "CellState",
     "EffectiveLength",
+    "FRACTIONS",
     "GroupState",
     "Settings",
     "assess",
@@ -97,7 +98,7 @@ sampling stopped there without a decision (reported as such, never as a confiden
 UP, DOWN = 1, -1
 """The two bettors: UP claims the mean exceeds m (gives the lower bound), DOWN that it is below (the upper)."""
 
-_FRACTIONS = np.arange(1, 31) / 31
+FRACTIONS = np.arange(1, 31) / 31
 """dKelly's constant bets, as fractions of the largest bet that keeps wealth nonnegative (1/m up, 1/(1-m) down)."""
 _STEP = 0.001
 
@@ -124,7 +125,7 @@ def null_means(x: np.ndarray, m: float, population: int | None) -> np.ndarray:
 
 
 def log_capital(scores: Sequence[float] | np.ndarray, m: float, *, side: int,
-                population: int | None = None, fractions: np.ndarray = _FRACTIONS) -> np.ndarray:
+                population: int | None = None, fractions: np.ndarray = FRACTIONS) -> np.ndarray:
     """Log of the dKelly capital of betting that the mean is above (`side=UP`) or below (`DOWN`) the candidate
     `m` in (0, 1), after each observation; `scores` is (..., n), the result has the same shape.
 
@@ -153,7 +154,7 @@ def log_capital(scores: Sequence[float] | np.ndarray, m: float, *, side: int,
 
 
 def crossed(scores: Sequence[float] | np.ndarray, m: float, *, alpha: float, side: int,
-            population: int | None = None, fractions: np.ndarray = _FRACTIONS) -> np.ndarray:
+            population: int | None = None, fractions: np.ndarray = FRACTIONS) -> np.ndarray:
     """Whether the `side` bettor against `m` has reached 1 / alpha by each observation (once out, out for good):
     for UP, `m` is below the lower bound; for DOWN, above the upper bound."""
     logk = log_capital(scores, m, side=side, population=population, fractions=fractions)
@@ -161,7 +162,7 @@ def crossed(scores: Sequence[float] | np.ndarray, m: float, *, alpha: float, sid
 
 
 def side(scores: Sequence[float] | np.ndarray, m: float, *, alpha: float, population: int | None = None,
-         fractions: np.ndarray = _FRACTIONS) -> int:
+         fractions: np.ndarray = FRACTIONS) -> int:
     """+1 when the lower bound has passed `m`, -1 when the upper bound has, else 0.
 
     Both can pass (the bounds crossed, a rare and valid outcome): the one that passed first decides, as it
@@ -178,7 +179,7 @@ def side(scores: Sequence[float] | np.ndarray, m: float, *, alpha: float, popula
 
 
 def bound(scores: Sequence[float] | np.ndarray, *, alpha: float, side: int, population: int | None = None,
-          fractions: np.ndarray = _FRACTIONS) -> float:
+          fractions: np.ndarray = FRACTIONS) -> float:
     """The lower (`side=UP`) or upper (`DOWN`) confidence bound after the last observation, rounded outward to
     1/1000: the edge of the candidates that bettor has ruled out (none: 0 or 1)."""
     x = _scores(scores)
@@ -198,7 +199,7 @@ def bound(scores: Sequence[float] | np.ndarray, *, alpha: float, side: int, popu
 
 
 def interval(scores: Sequence[float] | np.ndarray, *, alpha: float, population: int | None = None,
-             fractions: np.ndarray = _FRACTIONS) -> tuple[float, float]:
+             fractions: np.ndarray = FRACTIONS) -> tuple[float, float]:
     """(lower bound, upper bound), each at 1 - alpha; (0, 1) when empty. Bounds that crossed (rare) give the
     last mean twice."""
     low = bound(scores, alpha=alpha, side=UP, population=population, fractions=fractions)
@@ -506,8 +507,8 @@ def column_fractions(members: int, power: float = COLUMN_POWER) -> np.ndarray:
     of its wealth on bets too small. Any fixed mixture of constant bets in [0, 1) keeps the capital a nonnegative
     supermartingale under the null, so the prior changes only speed, never validity."""
     if members < 2:
-        return _FRACTIONS
-    return np.minimum(1 - (1 - _FRACTIONS) ** power, 0.999)
+        return FRACTIONS
+    return np.minimum(1 - (1 - FRACTIONS) ** power, 0.999)
 
 
 def _members(members: Sequence[Sequence[float] | np.ndarray]) -> int:
@@ -633,7 +634,7 @@ def assess_group(cells: Mapping[tuple[str, int], Sequence[float]], tasks: Collec
 
 
 def _inside_noise(z: np.ndarray, members: Sequence[np.ndarray], *, alpha: float, population: int | None, full: int,
-                  settings: Settings, fractions: np.ndarray = _FRACTIONS) -> bool:
+                  settings: Settings, fractions: np.ndarray = FRACTIONS) -> bool:
     """Whether both stratified bounds lie within the full sweep's noise band of the threshold (`near_stop`): the
     lower bound has passed threshold - band and the upper bound threshold + band."""
     band = noise_band(members, full, settings)

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from longeval.config import StoreConfig
 
 __all__ = ["LEASE_DIR", "Holder", "Lease", "acquire", "claim_name", "current", "held_generation", "held_message",
-           "hold", "superseded", "writer_warning"]
+           "hold", "lease_and_claims", "superseded", "writer_warning"]
 
 log = logging.getLogger(__name__)
 
@@ -144,10 +144,10 @@ def _alive(pid: int, started: float) -> bool:
 
 def current(root: RunRoot) -> Holder | None:
     """The run root's lease (its highest claim), released or not; None when no run ever took it."""
-    return _listed(root)[0]
+    return lease_and_claims(root)[0]
 
 
-def _listed(root: RunRoot) -> tuple[Holder | None, list[int]]:
+def lease_and_claims(root: RunRoot) -> tuple[Holder | None, list[int]]:
     """The run root's lease and the claim numbers listed with it (one listing, unless the top claim is deleted
     under it)."""
     for _ in range(3):
@@ -199,7 +199,7 @@ def acquire(root: RunRoot, *, heartbeat_s: float, stale_s: float, take_over: boo
     """
     forced_from = None  # take_over is for the holder first seen, not for a process that won a race since
     for _ in range(CLAIM_TRIES):
-        top, claims = _listed(root)
+        top, claims = lease_and_claims(root)
         now = time.time()
         why = top.free_because(now) if top is not None else None
         if top is not None and why is None:

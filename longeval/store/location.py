@@ -227,6 +227,11 @@ class Location:
             self._fs_cache = self._backend.make_fs(self)
         return self._fs_cache
 
+    @property
+    def fs_built(self) -> bool:
+        """Whether `fs` is built yet: not before its first use, nor in a copy unpickled in another process."""
+        return self._fs_cache is not None
+
     # -- operations (every `rel` already joined) --------------------------------------------------------
 
     def info(self, rel: str = "") -> pafs.FileInfo:

@@ -72,6 +72,11 @@ class RunRoot(ShardCommits, StageReads, RowGroupReads, RememberedListings):
         """The normalised run root: an absolute path, `file:///...` or `s3://bucket/prefix`."""
         return self._loc.uri
 
+    @property
+    def location(self) -> Location:
+        """The location every file access of the root goes through (its paths: `location.join(stage, file)`)."""
+        return self._loc
+
     def path(self, *parts: str) -> str:
         """Where `parts` live under the root, as a URI-ish string for messages and logs."""
         return self._loc.path(self._rel(*parts) if parts else "")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TypeVar
 
 import pyarrow as pa
@@ -30,7 +31,7 @@ from longeval.store.shard_format import (
     own_order,
 )
 
-__all__ = ["KEPT_FOOTER_BYTES", "READ_BATCH", "READ_THREADS", "StageReads"]
+__all__ = ["KEPT_FOOTER_BYTES", "READ_BATCH", "READ_THREADS", "KeptReads", "StageReads"]
 
 T = TypeVar("T")
 
@@ -50,6 +51,22 @@ footer's size counts its copy of the metadata columns, `FOOTER_METADATA`: `seria
 metadata.) A shard whose footer has that copy keeps the copy instead, decoded, counted by its Arrow bytes: the
 parsed footers of Michelangelo 1M's 816 shards filled the budget at 10x where 1x's 87 kept all of theirs, and the
 driver grew 11 % from 1x to 10x (benchmarks/README.md, "Suite (c)'s driver")."""
+
+
+@dataclass(frozen=True)
+class KeptReads:
+    """What a root keeps of its reads at one moment (`StageReads.kept_reads`), each by (stage, shard name): a
+    testing seam, for the tests that hold the driver's memory to its bounds."""
+
+    columns: dict[tuple[str, str], pa.Table]
+    """Metadata columns kept."""
+    footers: dict[tuple[str, str], pads.ParquetFileFragment]
+    """Shards kept open with their parsed Parquet footers."""
+    copies: dict[tuple[str, str], tuple[pa.Table, pa.Schema]]
+    """Footers' copies of the metadata columns kept instead of the footers, each with the file's schema."""
+    footer_bytes: int
+    """The footers and copies kept so far, in the bytes they count against `KEPT_FOOTER_BYTES` (a dropped one still
+    counts)."""
 
 
 class StageReads:
@@ -78,6 +95,10 @@ class StageReads:
         what one command keeps."""
         self._wanted: dict[str, list[str]] = {}
         """Metadata columns a command said it will read, per stage (`will_read`)."""
+
+    def kept_reads(self) -> KeptReads:
+        """A snapshot of what is kept of the reads so far (a testing seam: nothing else reads it)."""
+        return KeptReads(dict(self._kept), dict(self._footers), dict(self._copies), self._footer_bytes)
 
     def stage_files(self, stage: str) -> tuple[pafs.FileSystem, list[str]]:
         """The filesystem and full paths of a stage's finished shards, for `ray.data.read_parquet`."""

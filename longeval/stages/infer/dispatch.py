@@ -169,11 +169,14 @@ class WorkQueue:
     shares and moves all read and write the same books (what each replica holds and was handed, what is queued).
 
     Pure and single-threaded; the infer stage wraps it in a Ray actor that replicas call.
+
+    `moves=False` keeps started work where it is (nothing is asked back): only to measure what moving saves.
     """
 
-    def __init__(self, rows: Sequence[Work], replicas: int) -> None:
+    def __init__(self, rows: Sequence[Work], replicas: int, *, moves: bool = True) -> None:
         if replicas < 1:
             raise ValueError(f"replicas must be at least 1, got {replicas}")
+        self._moves = moves
         self._active = set(range(replicas))
         """Replicas that may still take work (not retired)."""
         groups = group_by_context(rows)
@@ -323,7 +326,7 @@ class WorkQueue:
         a benchmark run the slow replica gave back its last short prompts one by one, then sat idle for 21 s while
         the fast one, full of long answers, ran them."""
         rate = self._estimates.prompt_speed(replica)
-        if rate is None or self._moving() >= len(self._active) - 1:
+        if not self._moves or rate is None or self._moving() >= len(self._active) - 1:
             return 0
         finished, ran = self.speeds(now, ran=False) or {}, self.speeds(now) or {}
         last: tuple[float, list[Work], int] | None = None  # (when it would finish, context, its replica)

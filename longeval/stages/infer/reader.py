@@ -18,7 +18,7 @@ from longeval.store.row_group_reads import PROMPT_GROUP_BYTES
 from longeval.store.run_root import RunRoot
 from longeval.store.shards import ShardName
 
-__all__ = ["RELEASE_BEFORE_TOKENS", "PromptReader"]
+__all__ = ["RELEASE_BEFORE_TOKENS", "PromptReader", "ids_bytes"]
 
 RELEASE_BEFORE_TOKENS = 65_536
 """Before a prompt this long becomes a Python list (41 B a token), the memory the last ones freed goes back to the
@@ -159,10 +159,10 @@ class PromptReader:
         if not self.root.remote:
             return run  # a local read costs its bytes, not a request: read no text between prompts
         share = self.group_bytes_max // max(1, spans) - sum(t.nbytes for (n, _), t in self.groups.items() if n == name)
-        room = min(self.group_bytes_max - self.group_bytes, share) - _ids_bytes(footer, g)
+        room = min(self.group_bytes_max - self.group_bytes, share) - ids_bytes(footer, g)
         read = self.read.get(name, set())
         while g + len(run) < footer.num_row_groups and g + len(run) not in read:
-            room -= _ids_bytes(footer, g + len(run))
+            room -= ids_bytes(footer, g + len(run))
             if room < 0:
                 break
             run.append(g + len(run))
@@ -186,7 +186,7 @@ class PromptReader:
         self.group_bytes = 0
 
 
-def _ids_bytes(footer: Any, group: int) -> int:
+def ids_bytes(footer: Any, group: int) -> int:
     """A row group's token ids as Arrow holds them once read (its `nbytes`, what the budget counts): int32 values,
     their validity bitmap (the Parquet reader makes one), and int64 offsets. Parquet's own sizes are of its
     encodings. (Without the bitmap, a run that filled the budget overshot it by an eighth of a byte a token and

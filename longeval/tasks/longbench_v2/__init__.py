@@ -54,6 +54,7 @@ __all__ = [
     "DIFFICULTIES",
     "DOMAINS",
     "ERROR_TYPES",
+    "FAMILY",
     "GUESS_SCORE",
     "INVALID",
     "LENGTHS",

@@ -24,6 +24,7 @@ from longeval.tasks.michelangelo.stratify import SUBSETS, stacked_counts, stacke
 from longeval.tasks.michelangelo.summary import chance_rates, render_chance
 
 __all__ = [
+    "FAMILY",
     "MICHELANGELO_SCORERS",
     "MICHELANGELO_TASKS",
     "IdkParams",

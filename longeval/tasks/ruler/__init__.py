@@ -17,6 +17,17 @@ from longeval.tasks.ruler.samples import sample_data
 from longeval.tasks.ruler.templates import prompt_fingerprint
 from longeval.tasks.ruler.variable_tracking import VtParams
 
+__all__ = [
+    "FAMILY",
+    "RULER_GROUPS",
+    "RULER_TASKS",
+    "CweParams",
+    "FweParams",
+    "NiahParams",
+    "QaParams",
+    "VtParams",
+]
+
 
 def _niah(name: str, **params: object) -> TaskSpec:
     return TaskSpec("ruler", name, NiahParams(**params), niah.generate, "string_match_all", 128, judge=judge_all,

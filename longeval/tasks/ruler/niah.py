@@ -55,7 +55,7 @@ class NiahParams:
     """Keys asked for at once (MQ-NIAH)."""
 
 
-def _draw_many(kind: Kind, rng: np.random.Generator, n: int) -> list[str]:
+def draw_many(kind: Kind, rng: np.random.Generator, n: int) -> list[str]:
     """n random keys or values of a kind, drawn in one vectorised call."""
     if kind == "numbers":
         return [str(x) for x in rng.integers(10**6, 10**7, size=n)]
@@ -68,17 +68,17 @@ def _draw_many(kind: Kind, rng: np.random.Generator, n: int) -> list[str]:
 
 
 MAX_DRAW_ROUNDS = 64
-"""Rounds of `_draw_unique` before it gives up: each round draws all that is still missing, so only a request
+"""Rounds of `draw_unique` before it gives up: each round draws all that is still missing, so only a request
 near the size of the kind's whole space (more needles than there are distinct keys) takes more than a few."""
 
 
-def _draw_unique(kind: Kind, rng: np.random.Generator, n: int, taken: set[str], *, param: str = "") -> list[str]:
+def draw_unique(kind: Kind, rng: np.random.Generator, n: int, taken: set[str], *, param: str = "") -> list[str]:
     """n keys or values of a kind unlike any in `taken`; gives up, naming `param`, rather than draw forever."""
     out: list[str] = []
     for _ in range(MAX_DRAW_ROUNDS):
         if len(out) >= n:
             return out
-        for item in _draw_many(kind, rng, n - len(out)):
+        for item in draw_many(kind, rng, n - len(out)):
             if item not in taken:
                 taken.add(item)
                 out.append(item)
@@ -169,14 +169,14 @@ class NeedlePool:
 
 
 def _pool(ctx: GenContext, params: NiahParams, target_length: int) -> NeedlePool:
-    probe = len(ctx.encoder.encode(needle_text(params, _draw_many(params.type_key, np.random.default_rng(0), 1)[0],
-                                               _draw_many(params.type_value, np.random.default_rng(1), 1)[0])))
+    probe = len(ctx.encoder.encode(needle_text(params, draw_many(params.type_key, np.random.default_rng(0), 1)[0],
+                                               draw_many(params.type_value, np.random.default_rng(1), 1)[0])))
     size = 1 << max(12, int(2 * target_length / max(1, probe - 4) + 512).bit_length())
 
     def build() -> NeedlePool:
         rng = np.random.default_rng([POOL_SEED, size, len(params.type_key), len(params.type_value)])
-        keys = _draw_unique(params.type_key, rng, size, set())
-        values = _draw_many(params.type_value, rng, size)
+        keys = draw_unique(params.type_key, rng, size, set())
+        values = draw_many(params.type_value, rng, size)
         texts = [needle_text(params, k, v) for k, v in zip(keys, values, strict=True)]
         return NeedlePool(keys, texts, Ragged.of(needle_ids(ctx, params, keys, values)))
 
@@ -217,8 +217,8 @@ def generate(
     rng: np.random.Generator, index: int,
 ) -> Draft:
     taken: set[str] = set()
-    keys = _draw_unique(params.type_key, rng, params.num_needle_k, taken, param="suite.params num_needle_k")
-    values = [_draw_unique(params.type_value, rng, params.num_needle_v, taken, param="suite.params num_needle_v")
+    keys = draw_unique(params.type_key, rng, params.num_needle_k, taken, param="suite.params num_needle_k")
+    values = [draw_unique(params.type_value, rng, params.num_needle_v, taken, param="suite.params num_needle_v")
               for _ in keys]
     needles = [(k, v) for k, vs in zip(keys, values, strict=True) for v in vs]
     order = rng.permutation(len(needles))

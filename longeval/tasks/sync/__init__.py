@@ -46,6 +46,7 @@ __all__ = [
     "CONTEXT_GROUPS",
     "COT_MAX_NEW_TOKENS",
     "DIRECT_MAX_NEW_TOKENS",
+    "FAMILY",
     "ERROR_TYPES",
     "GraphParams",
     "Judgement",

@@ -105,6 +105,7 @@ __all__ = [
     "DIRECT_MAX_NEW_TOKENS",
     "JUDGE_MAX_NEW_TOKENS",
     "ERROR_TYPES",
+    "FAMILY",
     "FORMAT_VERSION",
     "LETTERS",
     "MAX_ATTEMPTS",
