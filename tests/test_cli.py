@@ -150,7 +150,7 @@ def test_plan_sizes_gpu_pools_for_1m_tokens(capsys, tmp_path):
     assert "pool2 on NVIDIA H100 80GB (gpu_memory_utilization 0.9)" in text
     pool2 = text[text.index("pool2 on"):]
     # 32 layers x 8 KV heads x 128 x 2 x 2 B = 131,072 B; x 1,048,576 tokens = 128 GiB; TP 4 on 8 GPUs: 2 replicas;
-    # 2,158,271 tokens of KV cache per replica (tests/test_plan.py works it out): 2 full-length sequences.
+    # 2,158,271 tokens of KV cache per replica (tests/planning/test_plan.py works it out): 2 full-length sequences.
     for row in ("│ tensor_parallel_size │ 4 │", "│ replicas │ 2 (8 of 8 GPUs) │", "│ max_model_len │ 1,048,576 │",
                 "│ max_num_seqs │ 2 (sized from the suite lengths;",
                 "│ max_num_batched_tokens │ 16,384 │", "│ KV cache per token │ 131,072 B (128.0 KiB) │",

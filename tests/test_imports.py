@@ -11,6 +11,7 @@ LOCAL_IMPORTS, each for its stated reason, have any.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -331,3 +332,17 @@ def test_the_public_names_check_sees_each_way_in(tmp_path):
         "tests/test_planted.py:16 root._kept",
         "tests/test_planted.py:18 root._footers",
     ]
+
+
+def test_the_architecture_doc_lists_every_module_and_package_with_its_job():
+    """docs/architecture.md's module table names every module and package of longeval, each with a job."""
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `([^`]+)` \| (.+?) \|$", text, re.M))
+    wanted = set()
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE)
+        wanted.add(f"{rel.parent.as_posix()}/" if path.name == "__init__.py" and rel.parent.parts else rel.as_posix())
+    missing = sorted(w for w in wanted if not rows.get(w, "").strip())
+    assert not missing, f"docs/architecture.md's module table lacks: {', '.join(missing)}"
+    top = [p for p in PACKAGE.glob("*.py") if p.name != "__init__.py"]
+    assert len(top) <= 6, f"longeval/ holds {len(top)} modules at its top: {sorted(p.name for p in top)}"

@@ -40,7 +40,7 @@ def map_pool(ds: ray.data.Dataset, fn: type, **kwargs: Any) -> ray.data.Dataset:
     Ray 2.60's map_batches takes num_cpus, memory, resources, runtime_env and the like as named parameters (give
     them in `kwargs`), but max_restarts only through `**ray_remote_args`, whose RayDeprecationWarning was printed
     on every run. Only that warning is silenced, here where it is known: the pinned Ray still takes the argument,
-    and tests/test_runtime.py fails on a Ray whose map_batches would not, before a run would.
+    and tests/cluster/test_ray_runtime.py fails on a Ray whose map_batches would not, before a run would.
     """
     from ray.util.annotations import RayDeprecationWarning
 

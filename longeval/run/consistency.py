@@ -5,7 +5,7 @@ tracking, so they all say the same thing about the same root, in the same words.
 A prediction's fingerprint hashes its metadata columns (`PREDICTION_KEY`): a new engine call for the same instance
 differs in latency, replica or engine step, so a score row whose `prediction_fingerprint` differs from its
 instance's latest prediction scored an earlier call. The output text is never read for it: metadata paths stay
-cheap (`tests/test_metadata_reads.py`).
+cheap (`tests/store/test_metadata_reads.py`).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Per family × task × length, and pooled per family (`task = "overall"`):
   sign flips of the differences; exact enumeration up to 16 non-zero differences). `test` names the one used.
 
 The bootstrap and the permutation test are our own rather than `scipy.stats.bootstrap` and
-`scipy.stats.permutation_test`, deliberately (tests/test_compare.py checks they agree with scipy's):
+`scipy.stats.permutation_test`, deliberately (tests/stats/test_compare.py checks they agree with scipy's):
 - speed on large rows: a pooled row has tens of thousands of pairs. With few distinct differences (0/1 scores
   have at most three) a resample's mean only depends on how often each value was drawn, so we draw those
   counts from a multinomial: 3 ms for 40,000 binary pairs × 10,000 resamples where scipy's bootstrap, which

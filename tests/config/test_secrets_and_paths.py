@@ -56,7 +56,7 @@ PLANTED = {
 def test_no_planted_secret_reaches_any_file_a_run_writes(tmp_path):
     """A real run (tiny model, W&B offline) with a secret planted every way: no file under the run root, the W&B
     folder (binary .wandb included) or Ray's session logs holds any of them, and the engine still got its env."""
-    from tests.test_pipeline_faults import TINY
+    from tests.run.test_pipeline_faults import TINY
 
     values = list(PLANTED.values())
     scratch = Path(tempfile.mkdtemp(prefix="le-sec-", dir="/tmp"))  # short: Ray's socket paths must fit

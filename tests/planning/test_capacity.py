@@ -29,7 +29,7 @@ from longeval.planning.capacity import (
     tensor_parallel_sizes,
 )
 
-MODELS = Path(__file__).parent / "fixtures" / "models"
+MODELS = Path(__file__).parents[1] / "fixtures" / "models"
 LLAMA = MODELS / "Llama-3.1-8B-Instruct"
 QWEN = MODELS / "Qwen2.5-7B-Instruct-1M"
 GIB = 2**30

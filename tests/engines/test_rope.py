@@ -149,7 +149,7 @@ def test_vllm_rotary_matches_vllms_own_config_handling(tmp_path: Path) -> None:
         assert rotary_of(rope, default_theta=default) == vllm_rotary(cfg(layout), overrides), (layout, overrides)
 
 
-PRESETS = sorted(p.stem for p in (Path(__file__).parents[1] / "conf" / "model").glob("*.yaml"))
+PRESETS = sorted(p.stem for p in (Path(__file__).parents[2] / "conf" / "model").glob("*.yaml"))
 ROPE_UNCONFIRMED = {"ultralong8b_1m": "its published config.json was not reachable (conf/model/ultralong8b_1m.yaml)"}
 """Presets with an architecture block that state no rope keys, and why."""
 ROPE_KEYS = ("rope_theta", "rope_scaling", "rope_parameters")

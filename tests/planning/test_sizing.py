@@ -198,7 +198,7 @@ def test_measured_figures_are_for_registered_tasks_and_grow_with_length():
     assert "benchmarks/sizing_figures.py" in sizing.measured_on()
 
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "h": 3600, "GPU-h": 3600}
 SUITES = {
     "(a)": ["model=llama31_8b", "suite=ruler", "cluster=a100_80gb"],

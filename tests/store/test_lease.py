@@ -284,7 +284,7 @@ def test_lease_settings_are_checked(overrides: list[str]) -> None:
 
 @pytest.mark.engine
 def test_a_second_run_on_a_held_root_refuses_at_once(tmp_path: Path, tiny_model_path: Path) -> None:
-    from tests.test_pipeline_faults import TINY, check_complete, finish, wait_for
+    from tests.run.test_pipeline_faults import TINY, check_complete, finish, wait_for
 
     args = [*TINY, f"store.root={tmp_path / 'runs'}", "run_name=leased"]
     root = RunRoot(load_config(args).run_root)

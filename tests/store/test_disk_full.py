@@ -45,7 +45,8 @@ def test_a_full_disk_at_the_store_edge_is_one_line_naming_the_file(tmp_path, mon
 
 
 def test_a_generation_actor_returns_a_full_disk_as_data(tmp_path, monkeypatch) -> None:
-    """Mock of `os.fsync` raising ENOSPC; the actor callable runs without Ray, as tests/test_instance_cache.py's."""
+    """Mock of `os.fsync` raising ENOSPC; the actor callable runs without Ray, as
+    tests/stages/test_instance_cache.py's."""
     from longeval.config import load_config
     from longeval.engines.models import resolve_model_path
     from longeval.planning.plan import make_plan

@@ -157,7 +157,7 @@ def test_allow_too_long_keeps_recording_them():
 
 
 def test_a_dual_chunk_attention_checkpoint_is_refused_at_plan_time():
-    qwen_dir = Path(__file__).parent / "fixtures" / "models" / "Qwen2.5-7B-Instruct-1M"
+    qwen_dir = Path(__file__).parents[1] / "fixtures" / "models" / "Qwen2.5-7B-Instruct-1M"
     cfg = load_config(["model=qwen25_7b_1m", f"model.path={qwen_dir}", "suite.tasks=[vt]", "suite.lengths=[4096]"])
     with pytest.raises(ConfigError, match="cannot load a model whose config.json has dual_chunk_attention_config"):
         make_plan(cfg)
@@ -166,7 +166,8 @@ def test_a_dual_chunk_attention_checkpoint_is_refused_at_plan_time():
 
 
 def test_size_pool_from_the_prompts_on_gpu():
-    """The 32K-128K pool of Llama-3.1-8B on 8 x A100 80GB: 442,203 tokens of KV cache (tests/test_capacity.py)."""
+    """The 32K-128K pool of Llama-3.1-8B on 8 x A100 80GB: 442,203 tokens of KV cache
+    (tests/planning/test_capacity.py)."""
     cfg = load_config(["model=llama31_8b", "suite=ruler", "suite.tasks=[vt]", "cluster=a100_80gb",
                        "cluster.bucket_edges=[16384]"])
     pool = make_plan(cfg, check_data=False).pools[1]

@@ -29,7 +29,7 @@ from tests.example_family import FAMILY
 from tests.example_family.kv_retrieval import KvParams, generate
 from tests.task_instances import prediction, sample_context, task_instance
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 KEY = "lost_in_the_middle/kv_retrieval"
 
 
@@ -128,11 +128,12 @@ def test_the_tests_over_every_family_pass_with_the_example_registered():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "tests.example_family.plugin",
-         "tests/tasks/test_contract.py", "tests/test_dashboards.py", "-k", "kv_retrieval or not every_task_keeps"],
+         "tests/tasks/test_contract.py", "tests/tracking/test_dashboards.py",
+         "-k", "kv_retrieval or not every_task_keeps"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert f"PASSED tests/tasks/test_contract.py::test_every_task_keeps_the_contract[{KEY}]" in run.stdout
-    assert "PASSED tests/test_dashboards.py::test_every_workspace_key_is_one_the_logger_produces" in run.stdout
+    assert "PASSED tests/tracking/test_dashboards.py::test_every_workspace_key_is_one_the_logger_produces" in run.stdout
 
 
 def test_the_docs_show_the_example_as_it_is():

@@ -327,7 +327,7 @@ def test_the_docs_name_the_folder_make_run_writes():
     hash changes, fails here until the docs follow)."""
     from pathlib import Path
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     folder = load_config([]).run_root
     assert re.fullmatch(r"runs/smollm2-135m-instruct-quick-seed42-[0-9a-f]{8}", folder), folder
     for doc in ("README.md", "docs/tracking.md"):
