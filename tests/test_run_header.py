@@ -13,7 +13,7 @@ from longeval.run import pipeline
 @pytest.fixture
 def header(monkeypatch, tmp_path, capsys):
     """The header `longeval generate` prints, the pipeline replaced by a stand-in that runs nothing."""
-    monkeypatch.setattr(pipeline, "run", lambda cfg, **_: SimpleNamespace(root=cfg.run_root))
+    monkeypatch.setattr(pipeline, "run", lambda cfg, **_: SimpleNamespace(root=cfg.run_root, consistency=None))
 
     def printed(*overrides: str) -> str:
         cli.cmd_run(["suite=quick", f"store.root={tmp_path}", *overrides], ("generate",))

@@ -25,6 +25,7 @@ _EXPORTS = {
     "asked_shards": "asked",
     "check_consistency": "consistency",
     "check_root": "consistency",
+    "check_same_config": "provenance",
     "older_default_root": "provenance",
     "only_asked": "asked",
     "planned_ids": "consistency",
