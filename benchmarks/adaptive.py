@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Replay of the adaptive sweep (longeval.adaptive) on full-sweep scores, in many random orders.
+"""Replay of the adaptive sweep (longeval.stats.adaptive) on full-sweep scores, in many random orders.
 
 Run from the repository root:
 
@@ -17,8 +17,8 @@ the cell's full count (the cap). Printed per profile (or per task of a run root)
 length equals the full sweep's, how often it is flagged near the threshold (`near%`: decided, but a full sweep with
 other instances could give another length), how often it is reported undecided, how often it is wrong, and wrong
 without the flag (`unflg%`), the share of the full sweep's tokens spent, the mean number of rounds, and for the
-synthetic profiles the share of GPU-hours (longeval.cost: Llama-3.1-8B on an A100 80GB, whose attention makes long
-cells dearer per token). Tokens are target_length x instances for the synthetic profiles, and each instance's input
+synthetic profiles the share of GPU-hours (longeval.planning.cost: Llama-3.1-8B on an A100 80GB, whose attention makes
+long cells dearer per token). Tokens are target_length x instances for the synthetic profiles, and each instance's input
 + output tokens for a run root. Targets (printed, not asserted): >= 95 % same effective length for <= 10 % of the
 tokens on profiles not near the threshold; near it, flagged or undecided rather than wrong. `--per-cell` spends
 alpha per cell instead of splitting it over a task's lengths (Settings.per_task). `--suite`: the suite's effective
@@ -70,7 +70,7 @@ def full_effective(cells: Mapping[tuple[str, int], np.ndarray], threshold: float
 def replay(cells: Mapping[tuple[str, int], np.ndarray], tokens: Mapping[tuple[str, int], np.ndarray],
            settings, rng: np.random.Generator, costs: Mapping[tuple[str, int], float] | None = None) -> Outcome:
     """One adaptive run over the cells' instances in a random order."""
-    from longeval.adaptive import assess, effective_length, next_round
+    from longeval.stats.adaptive import assess, effective_length, next_round
 
     order = {k: rng.permutation(len(v)) for k, v in sorted(cells.items())}
     used = dict.fromkeys(cells, 0)
@@ -146,11 +146,11 @@ def evaluate(name: str, cells, tokens, settings, *, replays: int, seed: int,
 
 
 def synthetic_costs(output_tokens: int = 32) -> dict[tuple[str, int], float]:
-    """GPU-seconds of one synthetic instance per length: Llama-3.1-8B on an A100 80GB (longeval.cost), a prompt
+    """GPU-seconds of one synthetic instance per length: Llama-3.1-8B on an A100 80GB (longeval.planning.cost), a prompt
     of the whole length, batched as the planner would."""
-    from longeval.capacity import ModelArch
     from longeval.config import ModelConfig
-    from longeval.cost import call_cost, replica_shape
+    from longeval.planning.capacity import ModelArch
+    from longeval.planning.cost import call_cost, replica_shape
 
     arch = ModelArch(num_hidden_layers=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=131072,
                      num_attention_heads=32, hidden_size=4096, intermediate_size=14336, vocab_size=128256)
@@ -207,8 +207,8 @@ def suite_full(cells: Mapping[tuple[str, int], np.ndarray], settings) -> tuple[i
     """The full sweep's suite effective length (the largest length whose mean over the tasks exceeds the
     threshold, 0: none), and whether it is within the full sweep's noise of the threshold: a length that could
     move it (the effective length or a longer one) has a score within the full sweep's own sampling noise of the
-    threshold (longeval.adaptive.near_threshold), so a full sweep with other instances could give another."""
-    from longeval.adaptive import near_threshold
+    threshold (longeval.stats.adaptive.near_threshold), so a full sweep with other instances could give another."""
+    from longeval.stats.adaptive import near_threshold
 
     tasks = sorted({t for t, _ in cells})
     means = {n: np.mean([cells[(t, n)].mean() for t in tasks]) for n in LENGTHS}
@@ -221,10 +221,10 @@ def suite_full(cells: Mapping[tuple[str, int], np.ndarray], settings) -> tuple[i
 def suite_replay(cells, settings, rng: np.random.Generator, costs: Mapping[int, float], *, target: str
                  ) -> tuple[int | None, bool, float, float, int]:
     """One adaptive run deciding the suite's effective length: `target="suite"` on the stratified mean
-    (longeval.adaptive.assess_group, rounds of columns over the needed lengths), `"tasks"` per cell as today
+    (longeval.stats.adaptive.assess_group, rounds of columns over the needed lengths), `"tasks"` per cell as today
     (assess / next_round until every cell stops, then the suite's interval from the members' averaged bounds).
     Returns (effective length or None, near flag, tokens, GPU-seconds, rounds)."""
-    from longeval.adaptive import assess, assess_group, group_effective_length, next_group_round, next_round
+    from longeval.stats.adaptive import assess, assess_group, group_effective_length, next_group_round, next_round
 
     order = {k: rng.permutation(len(v)) for k, v in sorted(cells.items())}
     used = dict.fromkeys(cells, 0)
@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> None:
     schedule = {"round_growth": args.growth, "round_max": args.round_max, "alpha_split": args.alpha_split,
                 "near_stop": args.near_stop}
 
-    from longeval.adaptive import Settings
+    from longeval.stats.adaptive import Settings
 
     if args.suite:
         return suite_main(args, Settings(threshold=args.threshold / 100, alpha=1 - args.confidence,
@@ -357,8 +357,8 @@ def main(argv: list[str] | None = None) -> None:
           f" {'unflg%':>6} {'tokens%':>7} {'max%':>7} {'oracle%':>7} {'rounds':>6}"
           + ("" if args.root else f" {'GPU-h%':>7}"))
     if args.root:
-        from longeval.adaptive_run import read_cells
-        from longeval.store import RunRoot
+        from longeval.run.adaptive_rounds import read_cells
+        from longeval.store.run_root import RunRoot
 
         data = read_cells(RunRoot(args.root))
         cap = min(len(v.scores) for v in data.values())

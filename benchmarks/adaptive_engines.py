@@ -20,11 +20,11 @@ from pathlib import Path
 
 def _rounds(overrides: list[str], root_dir: Path, name: str, *, keep: bool) -> tuple[float, int, int, list]:
     """(wall s of the rounds, rounds, engine starts, decisions per cell)."""
-    from longeval.adaptive_run import adaptive_tables, run_rounds
+    from longeval.cluster.ray_runtime import init_ray
     from longeval.config import load_config
-    from longeval.models import resolve_model_path
-    from longeval.runtime import init_ray
-    from longeval.store import RunRoot
+    from longeval.engines.models import resolve_model_path
+    from longeval.run.adaptive_rounds import adaptive_tables, run_rounds
+    from longeval.store.run_root import RunRoot
 
     cfg = load_config([*overrides, f"store.root={root_dir}", f"run_name={name}"])
     root = RunRoot(cfg.run_root)

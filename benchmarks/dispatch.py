@@ -76,7 +76,7 @@ def duty_cycle(records: Path, replica: str, stop_s: float, run_s: float, done: t
 def figures(run_root: str) -> dict:
     """Per replica: prompts, busy seconds and work (tokens); the pool's span, idle fraction and ideal span."""
     from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA
-    from longeval.store import RunRoot
+    from longeval.store.run_root import RunRoot
 
     root = RunRoot(run_root)
     preds = root.read_stage("predictions", PREDICTION_SCHEMA, columns=["instance_id", "replica", "output_tokens"])
@@ -125,7 +125,7 @@ def main() -> None:
     import ray
 
     from longeval.config import load_config
-    from longeval.pipeline import run
+    from longeval.run.pipeline import run
 
     scratch = Path(tempfile.mkdtemp(prefix="le-dispatch-"))
     base = [f"model={args.model}", f"suite.tasks=[{','.join(BUDGETS)}]", f"suite.lengths=[{args.length}]",
@@ -135,7 +135,7 @@ def main() -> None:
     results: dict[str, dict] = {}
     cluster_cm = contextlib.nullcontext(None)
     if args.two_nodes:
-        from longeval.launch import loopback_cluster
+        from longeval.cluster.launch import loopback_cluster
 
         cluster_cm = loopback_cluster(2)
     with cluster_cm as cluster:

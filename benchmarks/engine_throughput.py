@@ -71,11 +71,11 @@ def main() -> None:
     import ray
 
     from longeval.config import load_config
-    from longeval.models import resolve_model_path
-    from longeval.pipeline import run
-    from longeval.plan import make_plan
+    from longeval.engines.models import resolve_model_path
+    from longeval.planning.plan import make_plan
     from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA
-    from longeval.store import RunRoot
+    from longeval.run.pipeline import run
+    from longeval.store.run_root import RunRoot
 
     scratch = Path(tempfile.mkdtemp(prefix="le-throughput-"))
     cfg = load_config([*_overrides(args, scratch), "run_name=one"])
@@ -89,7 +89,7 @@ def main() -> None:
     run(cfg, stages=("infer",))
     ray.shutdown()
     if args.plain_beside_ray:  # what Ray's own processes cost an engine that shares their cores
-        from longeval.runtime import init_ray
+        from longeval.cluster.ray_runtime import init_ray
 
         init_ray(cfg)
     [record] = _records(cfg.run_root)
@@ -143,7 +143,7 @@ def main() -> None:
 
     # 4. two replicas on two nodes
     if args.two_nodes:
-        from longeval.launch import loopback_cluster
+        from longeval.cluster.launch import loopback_cluster
 
         with loopback_cluster(2) as cluster:
             two = load_config([*_overrides(args, scratch), "run_name=two", f"cluster.address={cluster.address}",
@@ -162,7 +162,7 @@ def _ray_data_llm(cfg, kwargs: dict, instances: list[dict], plain: dict[str, str
     import ray
     from ray.data.llm import build_processor, vLLMEngineProcessorConfig
 
-    from longeval.runtime import init_ray
+    from longeval.cluster.ray_runtime import init_ray
 
     init_ray(cfg)
     engine_kwargs = {k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")}

@@ -66,7 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="pin tokenizers (Rayon), OpenMP, OpenBLAS and MKL to this many threads; 0 leaves them alone")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default=None,
-                   help="model folder (tokenizer + chat template); default: longeval.models.prepare_smollm2()")
+                   help="model folder (tokenizer + chat template); default: longeval.engines.models.prepare_smollm2()")
     p.add_argument("--squad", default=None, help="SQuAD v2.0 dev JSON (enables ruler/qa_1)")
     p.add_argument("--hotpotqa", default=None, help="HotpotQA dev distractor JSON (enables ruler/qa_2)")
     p.add_argument("--startup-task", default="niah_single_2", help="task of the start-up measurement (essay NIAH)")
@@ -96,7 +96,7 @@ def pin_threads(threads: int) -> None:
 def model_path(args: argparse.Namespace) -> str:
     if args.model:
         return str(Path(args.model).expanduser())
-    from longeval.models import prepare_smollm2
+    from longeval.engines.models import prepare_smollm2
 
     return str(prepare_smollm2())
 

@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> None:
     import numpy as np
 
     from longeval.config import load_config
-    from longeval.models import resolve_model_path
-    from longeval.plan import make_plan
+    from longeval.engines.models import resolve_model_path
+    from longeval.planning.plan import make_plan
     from longeval.stages.generate import ShardGenerator, generate_shard
 
     store = args.store or tempfile.mkdtemp(prefix="le-cache-bench-")

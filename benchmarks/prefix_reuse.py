@@ -28,11 +28,11 @@ from pathlib import Path
 
 def _infer(overrides: list[str], root_dir: Path, name: str) -> tuple[float, float, list[dict]]:
     """Generate, then time the infer stage alone; returns (wall s, engine start s, prediction rows)."""
+    from longeval.cluster.ray_runtime import init_ray
     from longeval.config import load_config
-    from longeval.pipeline import run
     from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA
-    from longeval.runtime import init_ray
-    from longeval.store import RunRoot
+    from longeval.run.pipeline import run
+    from longeval.store.run_root import RunRoot
 
     cfg = load_config([*overrides, f"store.root={root_dir}", f"run_name={name}"])
     run(cfg, stages=("generate",))
@@ -97,7 +97,7 @@ def _replicas(cached: list[str], root_dir: Path, one: list[dict], two_nodes: boo
     """The cached run on two replicas (one node, then two loopback nodes): its cache share against one replica's."""
     import ray
 
-    from longeval.launch import loopback_cluster
+    from longeval.cluster.launch import loopback_cluster
 
     two = ["cluster.replicas=2", "cluster.dispatch=dynamic"]
     ray.shutdown()

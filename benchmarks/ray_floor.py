@@ -55,8 +55,8 @@ def main() -> None:
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
+    from longeval.cluster.ray_runtime import init_ray
     from longeval.config import load_config
-    from longeval.runtime import init_ray
 
     init_ray(load_config(["model=tiny_random", f"store.root={tempfile.mkdtemp(prefix='le-floor-')}"]))
     ray.data.range(100).map_batches(lambda batch: batch).take_all()

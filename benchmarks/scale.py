@@ -442,8 +442,8 @@ class RunFigures:
     replicas: list[dict[str, Any]] = field(default_factory=list)
     wall_s: float = 0.0
     planned_replica_bytes: dict[str, int] = field(default_factory=dict)
-    """`longeval plan`'s host memory of one replica of each pool (`longeval.sizing`): its in-flight window of prompts,
-    a shard read ahead and the prompt reader's row groups; what a replica may add above its base."""
+    """`longeval plan`'s host memory of one replica of each pool (`longeval.planning.sizing`): its in-flight window of
+    prompts, a shard read ahead and the prompt reader's row groups; what a replica may add above its base."""
 
     def stage(self, name: str) -> StageFigures | None:
         return next((s for s in self.stages if s.stage == name), None)
@@ -487,8 +487,8 @@ class Shape:
 def planned_replica_bytes(overrides: list[str]) -> dict[str, int]:
     """Per pool, the host memory `longeval plan` gives one replica of this run (the stand-in's sizing)."""
     from longeval.config import load_config
-    from longeval.plan import make_plan
-    from longeval.sizing import size_suite
+    from longeval.planning.plan import make_plan
+    from longeval.planning.sizing import size_suite
 
     cfg = load_config(overrides)
     return {p.name: p.replica_bytes for p in size_suite(cfg, make_plan(cfg, check_data=False)).pools
@@ -535,9 +535,9 @@ class Harness:
         return squad, hotpot
 
     def start_s3(self) -> None:
-        from tests.s3server import _free_ports, start_seaweedfs
+        from tests.s3server import free_loopback_ports, start_seaweedfs
 
-        (port,) = _free_ports(1)
+        (port,) = free_loopback_ports(1)
         shutil.rmtree(self.workdir / "seaweedfs", ignore_errors=True)  # a fresh server: its log is counted from 0
         self.server = start_seaweedfs(self.workdir / "seaweedfs", bucket="longeval-scale",
                                       extra_args=[f"-metricsPort={port}"], verbosity=2)
@@ -964,7 +964,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="longeval-scale-"))
     workdir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("LONGEVAL_CACHE", str(REPO / ".cache"))
-    from longeval.models import build_tiny_model
+    from longeval.engines.models import build_tiny_model
 
     build_tiny_model()  # the tokenizer every run generates with (idempotent)
     harness = Harness(args, workdir, console)

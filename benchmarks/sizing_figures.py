@@ -1,9 +1,9 @@
 #!/usr/bin/env python
-"""Measure what `longeval.sizing` extrapolates from, with the real generator and the store's real codec.
+"""Measure what `longeval.planning.sizing` extrapolates from, with the real generator and the store's real codec.
 
 Run from the repository root (about 10 minutes on 2 cores; the 256K-1M shards dominate):
 
-    .venv/bin/python benchmarks/sizing_figures.py --write       # measure, write longeval/sizing_figures.json
+    .venv/bin/python benchmarks/sizing_figures.py --write       # measure, write longeval/planning/sizing_figures.json
     .venv/bin/python benchmarks/sizing_figures.py --tasks ruler/vt ruler/cwe --lengths 4096 131072 --n 5
 
 Per task (every registered task that generates without a data file; each in a fresh subprocess, so its peak RSS
@@ -28,9 +28,9 @@ default essay corpus, decoded), the RSS of a fresh process that imported Ray, Ra
 real generation actor's RSS once started (a Ray Data actor holding `ShardGenerator`: Ray's worker, the imports and
 the tokenizer).
 
-`--write` stores the per-task tables in longeval/sizing_figures.json with the run's provenance; the scalar
-figures printed at the end are named constants in longeval/sizing.py. benchmarks/README.md (`sizing_figures.py`)
-has the last run; docs/operations.md ("Sizing") how `longeval plan` uses them.
+`--write` stores the per-task tables in longeval/planning/sizing_figures.json with the run's provenance; the scalar
+figures printed at the end are named constants in longeval/planning/sizing.py. benchmarks/README.md
+(`sizing_figures.py`) has the last run; docs/operations.md ("Sizing") how `longeval plan` uses them.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def reset_peak() -> None:
 def model_path(args: argparse.Namespace) -> str:
     if args.model:
         return str(Path(args.model).expanduser())
-    from longeval.models import resolve_model_path
+    from longeval.engines.models import resolve_model_path
 
     return str(resolve_model_path("packaged:tiny-random"))
 
@@ -130,9 +130,9 @@ def measure_task(args: argparse.Namespace) -> dict:
     import pyarrow.compute as pc
 
     from longeval.errors import LongevalError
-    from longeval.plan import ShardSpec
+    from longeval.planning.plan import ShardSpec
     from longeval.stages.generate import generate_shard
-    from longeval.store import RunRoot
+    from longeval.store.run_root import RunRoot
 
     ctx = context(model_path(args))
     task = args.child
@@ -187,7 +187,7 @@ def measure_task(args: argparse.Namespace) -> dict:
 def warm_up(ctx, task: str, lengths: list[int]) -> None:
     """One instance of `task` at the shortest length it can generate: what it loads stays in the process."""
     from longeval.errors import LongevalError
-    from longeval.plan import ShardSpec
+    from longeval.planning.plan import ShardSpec
     from longeval.stages.generate import generate_shard
 
     for length in sorted(lengths):
@@ -243,7 +243,7 @@ def driver_child() -> dict:
     import ray.data  # noqa: F401
 
     import longeval.cli  # noqa: F401
-    import longeval.pipeline  # noqa: F401
+    import longeval.run.pipeline  # noqa: F401
 
     return {"driver_import_rss": rss_bytes()}
 
@@ -252,10 +252,10 @@ def measure_outputs(path: str) -> dict:
     """Predictions and scores of synthetic rows through the store's codec, at several output budgets."""
     import pyarrow as pa
 
-    from longeval.plan import ShardSpec
+    from longeval.planning.plan import ShardSpec
     from longeval.records import PREDICTION_SCHEMA, SCORE_SCHEMA
     from longeval.stages.generate import generate_shard
-    from longeval.store import RunRoot
+    from longeval.store.run_root import RunRoot
 
     ctx = context(path)
     # 98,304 tokens of the default essay corpus (about 104K tokens long) do not repeat: distinct stretches of
@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{task}: not measured ({why[:160]})")
     pylist = [c["pylist_bytes_per_token"] for r in raw.values() for c in r["lengths"].values()]
     ids_arrow = [c["ids_arrow_bytes"] / c["tokens"] for r in raw.values() for c in r["lengths"].values()]
-    print("\n# scalar figures (named constants in longeval/sizing.py)")
+    print("\n# scalar figures (named constants in longeval/planning/sizing.py)")
     print(f"PYLIST_BYTES_PER_TOKEN: {min(pylist):.1f}-{max(pylist):.1f}")
     print(f"ids column in Arrow, B/token: {min(ids_arrow):.2f}-{max(ids_arrow):.2f}")
     print(f"GENERATION_ACTOR_START_BYTES: {actor['actor_start_rss'] / 2**20:.0f} MiB")

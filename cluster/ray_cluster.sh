@@ -45,7 +45,7 @@ RC_SELF_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 RC_DEFAULT_JOB_ENV="LONGEVAL_CACHE LONGEVAL_CONF LONGEVAL_LOG LONGEVAL_S3_ENDPOINT HF_HOME HF_HUB_OFFLINE \
 TRANSFORMERS_OFFLINE TOKENIZERS_PARALLELISM RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER AWS_REGION AWS_PROFILE \
 AWS_ENDPOINT_URL WANDB_MODE WANDB_PROJECT WANDB_ENTITY VLLM_CPU_KVCACHE_SPACE"
-# What Ray appends to its temp dir for a socket (session_DATE_PID/sockets/plasma_store), as in longeval.pipeline.
+# What Ray appends to its temp dir for a socket (session_DATE_PID/sockets/plasma_store), as in longeval.run.pipeline.
 RC_SOCKET_SUFFIX=66
 RC_PIDS=()
 RC_SUBMIT_PID=
@@ -93,8 +93,8 @@ rc_activate() {
     RC_PYTHON=$(command -v python || command -v python3) || rc_die "no python on PATH"
 }
 
-# longeval/launch.py of this checkout, wherever the shell stands and whatever longeval the venv holds.
-rc_launch() { PYTHONPATH=$RC_REPO${PYTHONPATH:+:$PYTHONPATH} "$RC_PYTHON" -m longeval.launch "$@"; }
+# longeval/cluster/launch.py of this checkout, wherever the shell stands and whatever longeval the venv holds.
+rc_launch() { PYTHONPATH=$RC_REPO${PYTHONPATH:+:$PYTHONPATH} "$RC_PYTHON" -m longeval.cluster.launch "$@"; }
 
 # Addresses, ports, temp dir and auth for a cluster whose head is at $1 (LONGEVAL_RAY_HEAD_IP wins).
 rc_configure() {

@@ -2,7 +2,7 @@
 
     python dashboards/create.py --entity E --project P [--suite ruler ...] [--report]
 
-The same as `longeval dashboards create ...`; the definitions live in `longeval/dashboards.py`.
+The same as `longeval dashboards create ...`; the definitions live in `longeval/tracking/dashboards.py`.
 Needs network and W&B credentials (WANDB_API_KEY or `wandb login`).
 """
 

@@ -1,4 +1,9 @@
-"""longeval: how well do language models use long contexts?"""
+"""longeval: how well do language models use long contexts?
+
+The command line is `longeval.cli`; each subsystem is a package whose `__init__` names its public surface
+(`longeval.store`, `longeval.run`, `longeval.tasks`, ...; tests/test_imports.py holds their layering). Importing
+`longeval` itself loads none of them: it offers the version only.
+"""
 
 import os
 
@@ -7,5 +12,7 @@ import os
 # allocator returns it (benchmarks/README.md, "Where the driver's growth went"). Read by pyarrow when it loads,
 # so it is set before any longeval module imports pyarrow; a user's own setting wins.
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+
+__all__ = ["__version__"]
 
 __version__ = "0.1.0"

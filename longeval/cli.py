@@ -27,13 +27,12 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from rich.table import Table
 from rich.text import Text
 
-from longeval import interrupt
+from longeval.cluster import interrupt
+from longeval.config.redaction import Redactor
+from longeval.engines.models import build_tiny_model, prepare_smollm2, resolve_model_path
 from longeval.errors import ConfigError, LongevalError, find_error
-from longeval.models import build_tiny_model, prepare_smollm2, resolve_model_path
-from longeval.redaction import Redactor
 from longeval.text.essays import default_urls, fetch_essays, read_url_list
 
 # A command imports the modules it runs inside its handler: they load pyarrow, OmegaConf, the task registry and
@@ -61,8 +60,10 @@ def _progress() -> Progress:
                     TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False)
 
 
-def _print_results(result) -> None:
-    from longeval.report.table import render_errors, render_results
+def print_results(result) -> None:
+    """What `longeval run` prints when it reports: the results table (and what makes it not RULER's), the errors,
+    each family's own tables, the adaptive decisions, a partial run's warning, and where the results are."""
+    from longeval.report.table import render_declared, render_errors, render_results
     from longeval.tasks import FAMILIES
 
     status = result.status or {}
@@ -78,7 +79,7 @@ def _print_results(result) -> None:
         for declared in family.tables:
             table = result.tables.get(declared.name)
             if declared.render is not None and table is not None and table.num_rows:
-                console.print(declared.render(table))
+                console.print(render_declared(declared.render, table))
     if getattr(result, "adaptive", None):
         from longeval.report.adaptive import render_adaptive
 
@@ -94,7 +95,7 @@ def _print_results(result) -> None:
 
 def _exit_code(*partial: bool) -> int:
     """0 when every report is complete and current, `consistency.PARTIAL_EXIT` when one is partial."""
-    from longeval.consistency import PARTIAL_EXIT
+    from longeval.run.consistency import PARTIAL_EXIT
 
     return PARTIAL_EXIT if any(partial) else 0
 
@@ -115,7 +116,7 @@ def _essay_line(result) -> str:
 
 def cmd_run(overrides: list[str], stages: tuple[str, ...]) -> int:
     from longeval.config import load_config
-    from longeval.pipeline import run
+    from longeval.run.pipeline import run
 
     cfg = load_config(overrides)
     suite = cfg.suite.name  # the name alone would misstate a suite whose tasks the command line replaced
@@ -130,7 +131,7 @@ def cmd_run(overrides: list[str], stages: tuple[str, ...]) -> int:
             result = run(cfg, stages=stages, progress=progress)
         interrupt.check()  # a Ctrl-C that a library swallowed still ends the run as interrupted
     if "report" in stages:
-        _print_results(result)
+        print_results(result)
         return _exit_code(result.consistency is not None and not result.consistency.complete)
     console.print(f"done: {result.root}")
     check = result.consistency  # after `score` or `infer` (`pipeline._checked`): what they left partial, if anything
@@ -146,7 +147,7 @@ def cmd_check(overrides: list[str]) -> None:
     mistyped task or suite, a length the model cannot read or a run name too long fails in seconds instead of after
     the allocation's cluster start."""
     from longeval.config import load_config
-    from longeval.plan import check_config
+    from longeval.planning.plan import check_config
 
     cfg = load_config(overrides)
     check_config(cfg)
@@ -155,181 +156,10 @@ def cmd_check(overrides: list[str]) -> None:
 
 
 def cmd_plan(overrides: list[str]) -> None:
-    from longeval.capacity import find_model_arch, format_bytes, kv_cache_dtype_bytes, kv_cache_tokens
     from longeval.config import load_config
-    from longeval.plan import check_config, make_plan, size_pool, suite_seq_tokens
-    from longeval.tasks import get_task
+    from longeval.planning.view import print_plan
 
-    cfg = load_config(overrides)
-    check_config(cfg)  # a length the model cannot read, or a model vLLM cannot load, is refused here as in a run
-    try:
-        make_plan(cfg)
-    except ConfigError as exc:  # planning needs no data files; the run will, so say so and go on
-        console.print(f"[yellow]before running:[/] {exc}")
-    plan = make_plan(cfg, check_data=False)
-    console.print(f"run root -> {cfg.run_root}", soft_wrap=True)
-    table = Table(title=f"plan: {plan.instances} instances in {len(plan.shards)} shards")
-    for col in ("task", "length", "shards", "instances", "output budget"):
-        table.add_column(col)
-    groups: dict[tuple[str, int], list] = {}
-    for shard in plan.shards:
-        groups.setdefault((shard.task, shard.target_length), []).append(shard)
-    for (task, length), shards in groups.items():
-        table.add_row(task, str(length), str(len(shards)), str(sum(s.stop - s.start for s in shards)),
-                      str(get_task(task, cfg.suite.params).max_new_tokens))
-    console.print(table)
-
-    arch = find_model_arch(cfg.model)
-    for pool in plan.pools:
-        p = pool.placement
-        # Sized from the suite's lengths here; a run sizes each pool again from its prompts' real lengths.
-        sized = size_pool(cfg, pool, suite_seq_tokens(cfg, pool))
-        if cfg.model.max_num_seqs:
-            seqs_note = f"{cfg.model.max_num_seqs} (model.max_num_seqs)"
-        elif sized.max_num_seqs is not None:
-            seqs_note = f"{sized.max_num_seqs} (sized from the suite lengths; at run time from the prompts)"
-        else:
-            seqs_note = "vLLM's default (KV cache unknown until the engine starts: set VLLM_CPU_KVCACHE_SPACE)"
-        if p is None:
-            console.print(f"pool {pool.name}: lengths {list(pool.lengths)}, max_model_len {pool.max_model_len}, "
-                          f"{pool.replicas} replica(s) x TP {pool.tensor_parallel_size}, "
-                          f"{pool.gpus_per_replica} GPU(s) per replica")
-            if arch is not None:
-                kv = arch.kv_bytes_per_token(kv_cache_dtype_bytes(cfg.model, arch))
-                console.print(f"  KV cache {kv:,} bytes/token ({format_bytes(kv)}), "
-                              f"{format_bytes(kv * pool.max_model_len)} per sequence of {pool.max_model_len:,} tokens")
-            if cfg.model.engine == "vllm":
-                capacity = kv_cache_tokens(cfg.model, arch)
-                room = f"KV cache {capacity:,} tokens per replica, " if capacity is not None else ""
-                console.print(f"  {room}max_num_seqs {seqs_note}")
-        else:
-            gpus = p.tensor_parallel_size * p.replicas
-            rows = [
-                ("lengths", ", ".join(map(str, pool.lengths))),
-                ("tensor_parallel_size", str(p.tensor_parallel_size)),
-                ("replicas", f"{p.replicas} ({gpus} of {cfg.cluster.num_gpus} GPUs)"),
-                ("max_model_len", f"{p.max_model_len:,}"),
-                ("max_num_seqs", seqs_note),
-                ("max_num_batched_tokens", f"{sized.max_num_batched_tokens or p.max_num_batched_tokens:,}"),
-                ("KV cache per token", f"{p.kv_bytes_per_token:,} B ({format_bytes(p.kv_bytes_per_token)})"),
-                ("KV cache per sequence", format_bytes(p.kv_bytes_per_sequence)),
-                ("memory per replica", f"{p.tensor_parallel_size} x {format_bytes(p.budget_bytes_per_gpu)} = "
-                                       f"{format_bytes(p.tensor_parallel_size * p.budget_bytes_per_gpu)}"),
-                ("weights per GPU", format_bytes(p.weight_bytes_per_gpu)),
-                ("activations + overhead per GPU", format_bytes(p.reserve_bytes_per_gpu)),
-                ("KV memory per replica",
-                 f"{format_bytes(p.kv_bytes_per_replica)} ({p.kv_tokens_per_replica:,} tokens)"),
-                ("full-length sequences that fit", str(p.sequences_fit)),
-            ]
-            pool_table = Table(title=f"{pool.name} on {p.gpu.label} (gpu_memory_utilization "
-                                     f"{cfg.model.gpu_memory_utilization:g})")
-            pool_table.add_column("setting")
-            pool_table.add_column("value")
-            for row in rows:
-                pool_table.add_row(*row)
-            console.print(pool_table)
-            for warning in p.warnings:
-                console.print(Text(f"  warning: {warning}", style="yellow"))
-        over = [n for n in pool.lengths if n > pool.max_model_len]
-        if over:
-            console.print(f"  lengths {over} exceed the model's max_model_len: recorded as prompt_too_long "
-                          f"(suite.allow_too_long)")
-    _print_sizing(cfg, plan)
-
-
-def _print_sizing(cfg, plan) -> None:
-    """The sizing block (`longeval.sizing`): disk, host memory per node, generation CPU, GPU time and wall time,
-    each with the arithmetic behind it, and the figures it cannot give with why."""
-    from longeval import sizing
-    from longeval.capacity import format_bytes as size
-
-    s = sizing.size_suite(cfg, plan)
-    shape = (f"{cfg.cluster.num_gpus} x {cfg.cluster.gpu} on {s.nodes} node(s)" if cfg.cluster.gpu
-             else f"cluster {cfg.cluster.name} (no cluster.gpu)")
-    table = Table(title=f"sizing: {s.instances:,} instances, {s.tokens:,} tokens, {s.shards:,} shards, {shape}")
-    for col in ("figure", "value", "arithmetic"):
-        table.add_column(col, overflow="fold")
-    table.add_row("disk: instances", size(s.instances_bytes),
-                  f"{s.calls:,} instances x bytes per instance, measured per task and length (longeval/"
-                  f"{sizing.FIGURES_FILE}): {s.instances_bytes / max(1, s.stored_tokens):.2f} B per token on average")
-    table.add_row("disk: predictions", size(s.predictions_bytes),
-                  f"{s.calls:,} rows x ({sizing.PREDICTION_ROW_DISK} B + {sizing.PREDICTION_DISK_PER_OUTPUT_TOKEN} B "
-                  "per token of their full output budget)")
-    table.add_row("disk: scores", size(s.scores_bytes), f"{s.instances:,} rows x {sizing.SCORE_ROW_DISK} B")
-    table.add_row("disk: instance cache", size(s.cache_bytes),
-                  "a second copy of the instances (store.cache_instances on S3: server-side copies)" if s.cache_bytes
-                  else "hard links to the run root's files (local disk), or store.cache_instances=false")
-    table.add_row("disk: total", size(s.disk_bytes), "")
-    table.add_row("memory: driver", size(s.driver_bytes),
-                  " + ".join(f"{name} {size(n)}" for name, n in s.driver_parts.items())
-                  + f" ({s.calls:,} rows of metadata, predictions and scores; never prompts)")
-    for p in s.pools:
-        label = f"memory: replica, {p.name} (<= {p.longest:,} tokens)"
-        if p.replica_bytes is None:
-            table.add_row(label, "unknown", "max_num_seqs unknown (below)")
-            continue
-        per_slot = "" if cfg.cluster.dispatch == "dynamic" else "2 x "
-        seqs = f" ({per_slot}max_num_seqs {p.max_num_seqs})" if p.max_num_seqs and not cfg.cluster.inflight else ""
-        copies, batch = (("the replica's and vLLM's copies of the ids", " + vLLM's input batch")
-                         if cfg.model.engine == "vllm" else ("the replica's copy of the ids", ""))
-        table.add_row(label, size(p.replica_bytes),
-                      f"{p.window} prompts in flight{seqs} x {p.longest:,} tokens x {p.bytes_per_token:.1f} B "
-                      f"({copies}) + one shard read ahead {size(p.read_ahead_bytes)} + decoded row groups "
-                      f"{size(p.row_group_bytes)}{batch}; {p.replicas_per_node} per node")
-    table.add_row("memory: generation actor", size(s.generation_actor_bytes),
-                  " + ".join(f"{name} {size(n)}" for name, n in s.generation_actor_parts.items())
-                  + f"; {s.generation_actors} actors (cluster.generate_parallelism)")
-    replicas = s.replica_node_bytes
-    busiest = max(replicas or 0, s.generation_node_bytes)
-    phases = (f"replicas {size(replicas) if replicas is not None else 'unknown'} or generation actors "
-              f"{size(s.generation_node_bytes)}, never at once; engine processes' own memory (CUDA, torch) not counted")
-    table.add_row("memory: head node, at most", size(busiest + s.driver_bytes), f"the driver + {phases}")
-    if s.nodes > 1:
-        table.add_row("memory: other nodes, at most", size(busiest), phases)
-    table.add_row("generation", _hours(s.generation_cpu_s, "CPU-h"),
-                  f"CPU-seconds per instance measured per task and length, + each actor's warm-up per cell; "
-                  f"{_hours(s.generation_wall_s, 'h')} on {s.generation_actors} actors")
-    for p in s.pools:
-        if p.cost is not None and p.wall_s is not None:
-            table.add_row(f"GPU: {p.name} ({', '.join(f'{n:,}' for n in p.lengths)})", _hours(p.cost.gpu_seconds,
-                          "GPU-h"), f"{p.calls:,} calls on {p.replicas} replica(s) x TP {p.tensor_parallel_size}: "
-                          f"{_hours(p.wall_s, 'h')} wall")
-    cost, wall = s.gpu_cost, s.wall_s
-    if cost is not None and wall is not None:
-        table.add_row(f"GPU: total on {s.gpu}", _hours(cost.gpu_seconds, "GPU-h"),
-                      f"prefill {_hours(cost.prefill_s, 'GPU-h')} + decode {_hours(cost.decode_s, 'GPU-h')} "
-                      "(longeval.cost, every call at its length and full output budget)")
-        table.add_row("wall time", _hours(wall, "h"),
-                      f"generation {_hours(s.generation_wall_s, 'h')} + the pools one after the other "
-                      f"{_hours(wall - s.generation_wall_s, 'h')} (engine start-up and scoring not counted)")
-    console.print(table)
-    for why in s.unknown:
-        console.print(Text(f"  cannot size: {why}", style="yellow"))
-    if s.unmeasured:
-        console.print(f"  no measured figures for {', '.join(s.unmeasured)}: sized at the largest figure measured for "
-                      "any task (an upper bound)")
-    if s.followup_tasks:
-        console.print(f"  two-call tasks ({', '.join(s.followup_tasks)}): every instance counted with its second call "
-                      "at the same length (an upper bound)")
-    if cfg.suite.adaptive:
-        console.print("  suite.adaptive: a cell stops once its interval decides, so these are the run's upper bounds")
-    if cfg.cluster.gpu is None and cost is not None:
-        console.print(f"  GPU figures as if on {s.gpus} x {s.gpu} (cluster.gpu is unset; cluster=<GPU preset> sizes "
-                      "the real shape)")
-    console.print(f"  measured: {sizing.measured_on()}; the arithmetic: longeval/sizing.py, docs/operations.md "
-                  "(Sizing)")
-    if cost is not None:
-        console.print(f"estimated GPU time on {s.gpu}: {cost.gpu_hours:,.2f} GPU-hours ({cost.prefill_s / 3600:,.2f} "
-                      f"prefill, {cost.decode_s / 3600:,.2f} decode), every prompt at its length and full output "
-                      "budget (longeval.cost: a roofline estimate, good to about 1.5x)")
-
-
-def _hours(seconds: float, unit: str) -> str:
-    """Hours with two decimals, and minutes or seconds beside them when under an hour: `0.13 CPU-h (8 min)`."""
-    if seconds >= 3600:
-        return f"{seconds / 3600:,.2f} {unit}"
-    return f"{seconds / 3600:.2f} {unit} ({seconds / 60:.0f} min)" if seconds >= 60 else \
-        f"{seconds / 3600:.2f} {unit} ({seconds:.0f} s)"
+    print_plan(load_config(overrides), console)
 
 
 def cmd_models(args: argparse.Namespace) -> None:
@@ -395,7 +225,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from longeval.stages.summarise import summarise_root
 
     _probe(roots)
-    _warn_if_written(roots)
+    warn_if_written(roots)
     result = write_report(roots, args.output or "report.html", resamples=args.resamples, seed=args.seed,
                           compare=not args.no_compare, summarise=summarise_root)
     for run in result.runs:
@@ -417,7 +247,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _probe(roots: list[str]) -> None:
     """Reach every remote run root once, quickly, as `run` does: an unreachable store fails now, not after
     minutes of retries."""
-    from longeval.store import RunRoot
+    from longeval.store.run_root import RunRoot
 
     for uri in roots:
         root = RunRoot(uri)
@@ -425,10 +255,10 @@ def _probe(roots: list[str]) -> None:
             root.probe()
 
 
-def _warn_if_written(roots: list[str]) -> None:
+def warn_if_written(roots: list[str]) -> None:
     """One line per run root another live process is writing (holds its lease): its numbers may still change."""
-    from longeval.lease import writer_warning
-    from longeval.store import RunRoot
+    from longeval.store.lease import writer_warning
+    from longeval.store.run_root import RunRoot
 
     for uri in roots:
         warning = writer_warning(RunRoot(uri))
@@ -437,13 +267,13 @@ def _warn_if_written(roots: list[str]) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from longeval.compare import compare_scores
     from longeval.report.runs import check_run, load_scores, provenance_pairs
     from longeval.report.table import render_comparison
-    from longeval.store import RunRoot
+    from longeval.stats.compare import compare_scores
+    from longeval.store.run_root import RunRoot
 
     _probe([args.a, args.b])
-    _warn_if_written([args.a, args.b])
+    warn_if_written([args.a, args.b])
     roots = [RunRoot(uri, remember_listings=True) for uri in (args.a, args.b)]
     a, b = (root.uri for root in roots)
     # stale scores are refused here; a root without scores gets load_scores' message
@@ -480,9 +310,9 @@ def cmd_data(args: argparse.Namespace) -> None:
 
 def cmd_cache(args: argparse.Namespace) -> None:
     """`longeval cache prune`: the cache the overrides name (`store.root`, `store.instance_cache`), as a run's."""
-    from longeval.capacity import format_bytes
     from longeval.config import load_config
-    from longeval.instance_cache import cache_uri, check_cache_location, parse_age, parse_size, prune
+    from longeval.planning.capacity import format_bytes
+    from longeval.stages.instance_cache import cache_uri, check_cache_location, parse_age, parse_size, prune
 
     older_than = parse_age(args.older_than) if args.older_than is not None else None
     max_bytes = parse_size(args.max_size) if args.max_size is not None else None
@@ -509,7 +339,7 @@ def cmd_cache(args: argparse.Namespace) -> None:
 
 
 def cmd_dashboards(args: argparse.Namespace) -> None:
-    from longeval.dashboards import create
+    from longeval.tracking.dashboards import create
 
     console.print(f"[bold]longeval[/] dashboards create: W&B {args.entity}/{args.project}"
                   f"{' with a report' if args.report else ''}")

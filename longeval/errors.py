@@ -64,7 +64,7 @@ class DamagedShardError(StoreError):
 
 
 class StaleScoresError(StoreError):
-    """Scores that no longer match their predictions (`longeval.consistency`): a report on them would be wrong."""
+    """Scores that no longer match their predictions (`longeval.run.consistency`): a report on them would be wrong."""
 
 
 class LeaseHeldError(StoreError):

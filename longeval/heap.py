@@ -25,13 +25,15 @@ def release_freed_memory() -> None:
     heap; a generation actor kept about 150 MiB after each shard of ten 1M-token prompts; a process on mimalloc
     that read the metadata of 816 shards kept 19 MiB in Arrow's heaps (benchmarks/README.md)."""
     pa.default_memory_pool().release_unused()
-    trim = _malloc_trim()
+    trim = malloc_trim()
     if trim is not None:
         trim(0)
 
 
 @functools.cache
-def _malloc_trim() -> Any:
+def malloc_trim() -> Any:
+    """glibc's `malloc_trim`, or None where the C library has none (musl, macOS): then only Arrow's pool is
+    released."""
     try:
         return getattr(ctypes.CDLL(ctypes.util.find_library("c")), "malloc_trim", None)
     except OSError:

@@ -182,7 +182,7 @@ class Score:
     extra: dict[str, float] = field(default_factory=dict)
     complexity: str = ""  # the instance's configuration label (SYNC "nodes=15", Michelangelo "ops=5", ...)
     prediction_fingerprint: str | None = None
-    """The fingerprint of the prediction it scored (`longeval.consistency`): a report checks it against the
+    """The fingerprint of the prediction it scored (`longeval.run.consistency`): a report checks it against the
     instance's latest prediction. None in scores written before it was recorded."""
 
     def to_row(self) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.s3server import _free_ports
+from tests.s3server import free_loopback_ports
 
 START_TIMEOUT_S = 240.0
 MAX_MODEL_LEN = 2048
@@ -43,7 +43,7 @@ class ApiServer:
 
 
 def start_server(model_path: Path, workdir: Path, *, served_name: str = "tiny-random") -> ApiServer:
-    (port,) = _free_ports(1)
+    (port,) = free_loopback_ports(1)
     # vLLM binds ZMQ sockets in TMPDIR: a short folder, or a deep checkout overflows the 107-byte socket path.
     sockets = tempfile.mkdtemp(prefix="lev-api-", dir="/tmp")
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TMPDIR": sockets}
@@ -96,7 +96,7 @@ class RateLimiter:
         self.upstream, self.limit, self.retry_after = upstream.rstrip("/"), limit, retry_after
         self.rejected = self.forwarded = self.in_flight = self.max_in_flight = 0
         self.lock = threading.Lock()
-        (port,) = _free_ports(1)
+        (port,) = free_loopback_ports(1)
         self.base_url = f"http://127.0.0.1:{port}/v1"
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)

@@ -96,7 +96,7 @@ _check_exit_codes()
 @pytest.fixture(scope="session")
 def smollm2_path() -> Path:
     """The packaged SmolLM2-135M-Instruct as a Hugging Face folder (converted on the first run, ~25 s)."""
-    from longeval.models import prepare_smollm2
+    from longeval.engines.models import prepare_smollm2
 
     return prepare_smollm2()
 
@@ -104,7 +104,7 @@ def smollm2_path() -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_path(smollm2_path: Path) -> Path:
     """A tiny random Llama with the SmolLM2 tokenizer, for plumbing tests (its output is junk)."""
-    from longeval.models import build_tiny_model
+    from longeval.engines.models import build_tiny_model
 
     return build_tiny_model()
 

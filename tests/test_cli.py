@@ -80,7 +80,8 @@ def test_plan_estimates_gpu_hours_and_they_grow_with_length(capsys, tmp_path):
 
 
 def test_plan_prints_the_sizing_block_for_the_quick_suite(capsys, tmp_path, smollm2_path):
-    """Disk, host memory, generation CPU, GPU time and wall time, each with its arithmetic (longeval.sizing)."""
+    """Disk, host memory, generation CPU, GPU time and wall time, each with its arithmetic
+    (longeval.planning.sizing)."""
     code, text = _run(capsys, "plan", f"store.root={tmp_path}")
     assert code == 0
     assert "sizing: 66 instances, 157,696 tokens, 33 shards, cluster local" in text  # quick: 11 tasks x 3 lengths x 2
@@ -149,7 +150,7 @@ def test_plan_sizes_gpu_pools_for_1m_tokens(capsys, tmp_path):
     assert "pool2 on NVIDIA H100 80GB (gpu_memory_utilization 0.9)" in text
     pool2 = text[text.index("pool2 on"):]
     # 32 layers x 8 KV heads x 128 x 2 x 2 B = 131,072 B; x 1,048,576 tokens = 128 GiB; TP 4 on 8 GPUs: 2 replicas;
-    # 2,158,271 tokens of KV cache per replica (tests/test_plan.py works it out): 2 full-length sequences.
+    # 2,158,271 tokens of KV cache per replica (tests/planning/test_plan.py works it out): 2 full-length sequences.
     for row in ("│ tensor_parallel_size │ 4 │", "│ replicas │ 2 (8 of 8 GPUs) │", "│ max_model_len │ 1,048,576 │",
                 "│ max_num_seqs │ 2 (sized from the suite lengths;",
                 "│ max_num_batched_tokens │ 16,384 │", "│ KV cache per token │ 131,072 B (128.0 KiB) │",
@@ -195,14 +196,14 @@ def test_plan_without_data_files_warns_and_still_plans(capsys):
 
 def _cache_entries(uri: str, names: list[str]) -> None:
     """Committed entries in an instance cache, as a generation actor leaves them."""
-    from longeval.store import RunRoot
+    from longeval.store.run_root import RunRoot
 
     for name in names:
         RunRoot(uri).write_table("instances", name, pa.table({"instance_id": [name], "prompt": ["x" * 500]}))
 
 
 def test_cache_prune_takes_the_cache_from_the_overrides(capsys, tmp_path):
-    from longeval.instance_cache import InstanceCache
+    from longeval.stages.instance_cache import InstanceCache
 
     _cache_entries(str(tmp_path / "_cache"), ["k0", "k1"])
     code, text = _run(capsys, "cache", "prune", "--max-size", "0", "--dry-run", f"store.root={tmp_path}")
@@ -285,7 +286,7 @@ def test_the_results_table_says_when_the_essay_haystack_is_not_rulers(capsys, tm
 
     import pyarrow.compute as pc
 
-    from longeval.cli import _print_results
+    from longeval.cli import print_results
     from longeval.report.runs import load_run
     from longeval.stages.summarise import RunResult
     from longeval.text.corpus import PAUL_GRAHAM, PYDOC
@@ -301,19 +302,19 @@ def test_the_results_table_says_when_the_essay_haystack_is_not_rulers(capsys, tm
     line = "not RULER's haystack: ruler/niah_single_2 ran on the essay haystack"
 
     (root / "versions.json").write_text(json.dumps({"essay_corpus": {"name": PYDOC}}), encoding="utf-8")
-    _print_results(result)
+    print_results(result)
     out = " ".join(capsys.readouterr().out.split())
     assert line in out and f"{PYDOC!r}, not RULER's Paul Graham essays" in out
     assert "not comparable with RULER's published table" in out
     assert out.index("not RULER's haystack") < out.index("results: ")
-    _print_results(RunResult(root=str(root), tables=load_run(str(root)).tables))  # no essay task: nothing to say
+    print_results(RunResult(root=str(root), tables=load_run(str(root)).tables))  # no essay task: nothing to say
     assert "not RULER's haystack" not in capsys.readouterr().out
 
     (root / "versions.json").write_text(json.dumps({"essay_corpus": {"name": PAUL_GRAHAM}}), encoding="utf-8")
-    _print_results(result)
+    print_results(result)
     assert "not RULER's haystack" not in capsys.readouterr().out
     (root / "versions.json").unlink()  # a run from before versions.json named the corpus
-    _print_results(result)
+    print_results(result)
     assert "not RULER's haystack" not in capsys.readouterr().out
 
 
@@ -330,7 +331,7 @@ UNREACHABLE_API = ["model.engine=openai", "model.api.mode=completions", "model.a
 def generated(tmp_path_factory, tiny_model_path):
     """A run root with its 2 instances only (`longeval generate`)."""
     from longeval.config import load_config
-    from longeval.pipeline import run
+    from longeval.run.pipeline import run
 
     base = tmp_path_factory.mktemp("generated")
     run(load_config([*STAND_IN, f"store.root={base}", "run_name=g"]), stages=("generate",))
@@ -348,9 +349,9 @@ def unscored(generated, tmp_path):
 
 def test_score_on_a_partial_root_says_what_is_missing_and_exits_3(capsys, unscored):
     """1 of 2 instances predicted: `score` scores it, then says the run is partial (was: `done:` and exit 0)."""
-    from longeval.consistency import PARTIAL_EXIT
     from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, Prediction
-    from longeval.store import RunRoot
+    from longeval.run.consistency import PARTIAL_EXIT
+    from longeval.store.run_root import RunRoot
 
     path, overrides = unscored
     root = RunRoot(str(path))
@@ -372,7 +373,7 @@ def test_score_infer_and_report_on_a_root_without_instances_are_one_error_line(c
     `score` and `infer`, and a report of nothing (exit 3) for `report` with overrides; now one error naming the
     fix, exit 2, and nothing written."""
     from longeval.config import load_config
-    from longeval.store import RunRoot
+    from longeval.store.run_root import RunRoot
 
     overrides = [*STAND_IN, f"store.root={tmp_path}", "run_name=typo"]
     uri = RunRoot(load_config(overrides).run_root).uri
@@ -388,8 +389,8 @@ def test_score_infer_and_report_on_a_root_without_instances_are_one_error_line(c
 def test_infer_exits_3_while_instances_are_left_without_a_final_prediction(capsys, unscored, monkeypatch):
     """Every request refused: the instances are engine errors after `infer`, which said `done:` and exit 0; now it
     says they are left (exit 3). A rerun that predicts them all exits 0: scoring them is `score`'s work."""
-    from longeval.consistency import PARTIAL_EXIT
-    from longeval.store import RunRoot
+    from longeval.run.consistency import PARTIAL_EXIT
+    from longeval.store.run_root import RunRoot
 
     path, overrides = unscored
     monkeypatch.setenv("OPENAI_API_KEY", "unused")

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from longeval.cli import main
-from longeval.consistency import EXIT_CODES
+from longeval.run.consistency import EXIT_CODES
 from tests.exit_codes import checked, command_of, documented, documented_exit_codes
 
 COMMANDS = ("run", "generate", "infer", "score", "report", "compare", "check", "cache prune")

@@ -11,9 +11,9 @@ def test_releasing_freed_memory_gives_the_heaps_free_pages_back() -> None:
     import subprocess
     import sys
 
-    from longeval.heap import _malloc_trim
+    from longeval.heap import malloc_trim
 
-    if _malloc_trim() is None:
+    if malloc_trim() is None:
         pytest.skip("no malloc_trim: not glibc")
     code = """
 from pathlib import Path

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from longeval import cli, pipeline
+from longeval import cli
+from longeval.run import pipeline
 
 
 @pytest.fixture

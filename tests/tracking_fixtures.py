@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 
-from longeval import pipeline
 from longeval.config import Config, to_yaml
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, Instance, Prediction, Score, content_id
-from longeval.store import RunRoot
+from longeval.run import pipeline
+from longeval.store.run_root import RunRoot
 
 
 def depth_of(family: str, task: str, index: int) -> float:

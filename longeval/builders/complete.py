@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from longeval.cluster.ray_runtime import init_ray
 from longeval.config import Config
 from longeval.engines import predictor_class
 from longeval.errors import LengthError, LongevalError
-from longeval.runtime import init_ray
 from longeval.text.tokenizer import load_encoder
 
 

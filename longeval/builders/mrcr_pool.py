@@ -19,8 +19,8 @@ from longeval import __version__
 from longeval.builders.complete import Request, complete
 from longeval.config import Config
 from longeval.errors import ConfigError
-from longeval.files import write_uri
 from longeval.records import content_id
+from longeval.store.location import write_uri
 from longeval.tasks.michelangelo import prompts
 from longeval.tasks.michelangelo.writings import FORMATS, TOPICS
 

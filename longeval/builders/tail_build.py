@@ -23,7 +23,7 @@ from longeval.builders.embed import Embedder
 from longeval.config import Config
 from longeval.errors import ConfigError
 from longeval.records import content_id
-from longeval.store import RunRoot
+from longeval.store.run_root import RunRoot
 from longeval.tasks.tail import (
     DEFAULT_DEPTHS,
     Stage,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from longeval.rope import built_rotaries
+from longeval.engines.rope import built_rotaries
 
 ROTARY_PROBE = "longeval.engines.rotary_probe.RotaryProbe"
 """The `worker_extension_cls` value."""

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from longeval.config import ModelConfig
+from longeval.engines.rope import Rotary, check_built, declared_rotary
 from longeval.engines.rotary_probe import ROTARY_PROBE
 from longeval.records import ErrorKind
-from longeval.rope import Rotary, check_built, declared_rotary
 
 log = logging.getLogger(__name__)
 
@@ -390,8 +390,8 @@ def next_requests(source: Iterator[Request | None], room: int) -> tuple[list[Req
     """Up to `room` requests from `source`, and whether it is exhausted.
 
     A source may yield None for "nothing for you now, ask again later": a replica's share of a dynamic work
-    queue is held back while it holds its fair share (`longeval.dispatch.WorkQueue`). The engine then steps
-    what it has, or waits `IDLE_WAIT_S` when it has nothing.
+    queue is held back while it holds its fair share (`longeval.stages.infer.dispatch.WorkQueue`). The engine then
+    steps what it has, or waits `IDLE_WAIT_S` when it has nothing.
     """
     out: list[Request] = []
     while len(out) < room:

@@ -44,7 +44,7 @@ def render_adaptive(cells: pa.Table, lengths: pa.Table, compute: dict, groups: p
              f"~{compute['full_tokens_est']:,} for the full sweep"
              + (f" ({100 * share:.1f} %)" if share is not None else "")
              + (f"; ~{compute['gpu_hours']:.3g} of ~{compute['full_gpu_hours_est']:.3g} GPU-hours on "
-                f"{compute['gpu']} (longeval.cost's estimate)" if compute.get("gpu_hours") is not None else "")
+                f"{compute['gpu']} (longeval.planning.cost's estimate)" if compute.get("gpu_hours") is not None else "")
              + f"; {compute['decided_early']}/{compute['cells']} cells decided early at "
              f"{100 * compute['confidence']:.0f} % confidence")
     parts = [table, Text("effective length: " + " · ".join(lines))]

@@ -20,11 +20,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from longeval.config import Config, validate
-from longeval.consistency import Consistency, State, check_root, planned_ids, summaries_current
 from longeval.errors import ConfigError, StaleScoresError, StoreError
-from longeval.provenance import COMPARED_SETTINGS, COMPARED_VERSIONS, run_identity, stored_config
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, ErrorKind
-from longeval.store import RunRoot
+from longeval.run.consistency import Consistency, State, check_root, planned_ids, summaries_current
+from longeval.run.provenance import COMPARED_SETTINGS, COMPARED_VERSIONS, run_identity, stored_config
+from longeval.stats.aggregate import depth_grid
+from longeval.store.run_root import RunRoot
 from longeval.tasks import FAMILIES, TASKS
 from longeval.text.corpus import comparable_with_ruler
 
@@ -37,7 +38,7 @@ SUMMARY_NAMES = COMMON_SUMMARY_NAMES + tuple(t.name for f in FAMILIES.values() f
 """The summary tables the summarise stage writes, in the order a report reads them: the common ones, then those
 the families declare."""
 ADAPTIVE_SUMMARY_NAMES = ("adaptive", "adaptive_lengths", "adaptive_groups")
-"""Written besides them by an adaptive run (`longeval.adaptive_run`), read when present."""
+"""Written besides them by an adaptive run (`longeval.run.adaptive_rounds`), read when present."""
 
 _OUTPUT_CHARS = 2000
 INSTANCE_ROW_COLUMNS = ["instance_id", "input_tokens", "references"]
@@ -64,13 +65,16 @@ class RunData:
     notes: tuple[str, ...] = ()
     """What a reader must know to compare this run's numbers elsewhere (see `essay_note`)."""
     status: dict[str, Any] | None = None
-    """The run's status as checked now (`longeval.consistency`, what status.json holds): whether every planned
+    """The run's status as checked now (`longeval.run.consistency`, what status.json holds): whether every planned
     instance has its prediction and a score from it."""
     problem: str = ""
     """What is missing or partial about the run, in one line ("" when complete and current): the report's banner."""
     root: RunRoot | None = field(default=None, repr=False, compare=False)
     """The root it was read through: the report's later reads of the run go through it, so what it listed and
     read is not asked of the store again."""
+    depth_grid: pa.Table | None = field(default=None, repr=False, compare=False)
+    """Mean score per family, length and depth bin of its planned scores (`stats.depth_grid`); None without
+    scores: the report's depth x length heatmaps."""
     adaptive_schedule: dict[str, Any] | None = None
     """An adaptive run's round schedule and alpha split (`compute.schedule` of its adaptive.json), None when the
     run is not adaptive or was written before they were recorded."""
@@ -167,7 +171,14 @@ def load_run(target: RunRoot | str, *, summarise: Callable[[RunRoot], Any] | Non
                    notes=(note,) if note else (),
                    status=consistency.as_status() if consistency is not None else None,
                    problem=consistency.one_line(root.uri) if consistency is not None else "", root=root,
+                   depth_grid=_depth_grid(root) if scored else None,
                    adaptive_schedule=(adaptive.get("compute") or {}).get("schedule"))
+
+
+def _depth_grid(root: RunRoot) -> pa.Table:
+    """`stats.depth_grid` of the run's planned scores (metadata columns only)."""
+    columns = ["instance_id", "family", "target_length", "depth", "score"]
+    return depth_grid(_in_stored_plan(root, root.read_stage("scores", SCORE_SCHEMA, columns=columns)))
 
 
 def _stored_config(root: RunRoot) -> Config | None:

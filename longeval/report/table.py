@@ -7,14 +7,18 @@ and a low score from a run that broke are different findings.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["format_length", "render_breakdown", "render_comparison", "render_errors", "render_heatmap", "render_ladder",
-           "render_results"]
+from longeval.errors import ConfigError
+
+__all__ = ["LAYOUTS", "format_length", "render_breakdown", "render_comparison", "render_declared", "render_errors",
+           "render_heatmap", "render_ladder", "render_results"]
 
 _MISSING = "–"
 
@@ -221,3 +225,23 @@ def render_comparison(comparison: pa.Table, *, title: str = "B − A, paired on 
                       "< 0.001" if p < 0.001 else f"{p:.3f}", row["test"], style="bold" if overall else None,
                       end_section=overall)
     return table
+
+
+LAYOUTS: dict[str, Callable[[pa.Table], Table]] = {
+    "ladder": render_ladder,
+    "heatmap": render_heatmap,
+    "breakdown": render_breakdown,
+}
+"""The table layouts a family may declare by name (`SummaryTable.render`): its table in, a rich table out."""
+
+
+def render_declared(render: str | Callable[[pa.Table], Any] | None, table: pa.Table) -> Any:
+    """A family's table as its declaration says (`SummaryTable.render`): a layout by name, its own function, or
+    nothing (None)."""
+    if render is None:
+        return None
+    if isinstance(render, str):
+        if render not in LAYOUTS:
+            raise ConfigError(f"a family's table declares render={render!r}; layouts: {', '.join(sorted(LAYOUTS))}")
+        return LAYOUTS[render](table)
+    return render(table)

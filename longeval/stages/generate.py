@@ -9,16 +9,16 @@ from dataclasses import asdict, replace
 import numpy as np
 import pyarrow as pa
 
-from longeval import interrupt
+from longeval.cluster import interrupt
+from longeval.cluster.ray_runtime import map_pool
 from longeval.config import Config
 from longeval.errors import DiskFullError
 from longeval.heap import release_freed_memory
-from longeval.instance_cache import InstanceCache, cache_uri, shard_key
-from longeval.plan import Plan, ShardSpec
+from longeval.planning.plan import Plan, ShardSpec
 from longeval.records import INSTANCE_SCHEMA
-from longeval.runtime import map_pool
 from longeval.scoring.deadline import import_plugins
-from longeval.store import RunRoot
+from longeval.stages.instance_cache import InstanceCache, cache_uri, shard_key
+from longeval.store.run_root import RunRoot
 from longeval.tasks import get_task
 from longeval.tasks.base import DataPaths, GenContext, context_rng, instance_rng, make_instance, output_budget
 from longeval.text.render import prompt_format

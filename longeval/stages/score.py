@@ -11,17 +11,18 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from longeval import __version__, interrupt
-from longeval.compact import shard_prefixes
+from longeval import __version__
+from longeval.cluster import interrupt
+from longeval.cluster.ray_runtime import map_pool
 from longeval.config import Config, suite_hash
-from longeval.consistency import prediction_fingerprints
-from longeval.followup import parents_with_followups
-from longeval.plan import PlanKey, in_plan, make_plan, planned_keys
+from longeval.planning.plan import PlanKey, in_plan, make_plan, planned_keys
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, latest_predictions
-from longeval.runtime import map_pool
+from longeval.run.consistency import prediction_fingerprints
 from longeval.scoring.deadline import DeadlineScorer, import_plugins
-from longeval.shards import ShardName, compacted_prefix
-from longeval.store import RunRoot
+from longeval.stages.followup import parents_with_followups
+from longeval.store.compact import shard_prefixes
+from longeval.store.run_root import RunRoot
+from longeval.store.shards import ShardName, compacted_prefix
 from longeval.tasks import judge_for
 
 log = logging.getLogger(__name__)

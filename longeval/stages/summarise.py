@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from longeval.aggregate import cumulative, error_table, headline, length_table, summarise
 from longeval.config import Config, validate
-from longeval.consistency import SUMMARY_INPUT, Consistency, State, check_root, planned_ids, scores_digest
 from longeval.errors import StaleScoresError, StoreError
-from longeval.provenance import stored_config
 from longeval.records import INSTANCE_SCHEMA, SCORE_SCHEMA
-from longeval.store import RunRoot
+from longeval.run.consistency import SUMMARY_INPUT, Consistency, State, check_root, planned_ids, scores_digest
+from longeval.run.provenance import stored_config
+from longeval.stats.aggregate import cumulative, error_table, headline, length_table, summarise
+from longeval.store.run_root import RunRoot
 from longeval.tasks import FAMILIES, sampling
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,8 @@ class RunResult:
     tracking: str | None = None
     """Where the W&B run went (`tracking=wandb`), for the end of the output."""
     adaptive: dict | None = None
-    """`suite.adaptive`: the per-cell and effective-length tables and the compute spent (longeval.adaptive_run)."""
+    """`suite.adaptive`: the per-cell and effective-length tables and the compute spent
+    (longeval.run.adaptive_rounds)."""
 
     @property
     def summary(self) -> pa.Table | None:
@@ -100,7 +101,7 @@ def report(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> RunRes
 
 
 def run_status(cfg: Config, root: RunRoot) -> dict:
-    """status.json: whether the run is complete and current (`longeval.consistency`): every planned instance shard
+    """status.json: whether the run is complete and current (`longeval.run.consistency`): every planned instance shard
     committed, every planned instance (follow-up calls included) with a final prediction and a score from it.
     Summaries of an incomplete run are partial, and say so."""
     return check_root(root, cfg).as_status()

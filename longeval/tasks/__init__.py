@@ -5,6 +5,9 @@ A family is one package plus one entry in FAMILIES; a plugin module (`plugins=`)
 A suite can change a task's parameters without new code: `suite.params` maps a family (`sync`), a bare
 task name (`shortest_path`) or, in YAML, a full key (`sync/shortest_path`) to field values of the task's
 params dataclass, applied in that order, plus `max_new_tokens` for the output budget.
+
+`__all__` is the package's public surface: the registry, and the records a family is made of (`base`: a task's
+spec, its generator's context and draft; `family`: the family with its tables, panels and report sections).
 """
 
 from __future__ import annotations
@@ -16,8 +19,31 @@ from typing import Any
 from longeval.errors import ConfigError, UnknownTaskError
 from longeval.scoring.judgement import Judge
 from longeval.tasks import longbench_v2, michelangelo, ruler, sync, tail
-from longeval.tasks.base import TaskSpec
-from longeval.tasks.family import Family, Sampling
+from longeval.tasks.base import Draft, GenContext, TaskSpec, draft
+from longeval.tasks.family import Family, Panel, ReportSection, Sampling, SummaryTable
+
+__all__ = [
+    "BUDGET_KEY",
+    "FAMILIES",
+    "TASKS",
+    "Draft",
+    "Family",
+    "GenContext",
+    "Panel",
+    "ReportSection",
+    "Sampling",
+    "SummaryTable",
+    "TaskSpec",
+    "check_overrides",
+    "configure",
+    "draft",
+    "get_task",
+    "judge_for",
+    "register",
+    "sampling",
+    "selected_overrides",
+    "skill_group",
+]
 
 FAMILIES: dict[str, Family] = {}
 """Every family by name, in the order reports show them."""

@@ -15,11 +15,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from longeval.errors import LengthError
-from longeval.files import fingerprint
 from longeval.records import Instance, content_id
 from longeval.scoring.judgement import Judge
-from longeval.text.corpus import essays_identity
+from longeval.store.location import fingerprint
+from longeval.text.corpus import essays_identity, load_essays
 from longeval.text.fit import context_budget, fit_context  # noqa: F401  (their home before longeval.text.fit)
+from longeval.text.haystack import EssayHaystack
 from longeval.text.pieces import Piece, assemble
 from longeval.text.render import Frame, PromptFormat, render_frame, render_parts
 from longeval.text.tokenizer import Encoder
@@ -58,6 +59,12 @@ class GenContext:
     def data_id(self) -> str:
         """A fingerprint of the data behind the instances: the essay corpus and the QA files' bytes."""
         return self.cached(("data_id",), lambda: data_fingerprint(self.data))
+
+    def essay_haystack(self) -> EssayHaystack:
+        """The essay haystack of `suite.data.essay_dir` (`text.haystack.EssayHaystack`: the corpus's sentences
+        encoded once, and which units begin one), built on first use and kept for the process."""
+        corpus = load_essays(self.data.essay_dir)
+        return self.cached(("essay-sentences", corpus.fingerprint), lambda: EssayHaystack.of(self.encoder, corpus))
 
     def frame(self, user_text: str, answer_prefix: str, *, example: tuple[str, str] = ("", "")) -> Frame:
         """The encoded frame of a user message with one `{context}` slot (`text.render.render_frame`): found as
@@ -103,7 +110,7 @@ def data_fingerprint(data: DataPaths) -> str:
 
 
 file_fingerprint = fingerprint
-"""A data file's identity (`longeval.files.fingerprint`), part of every instance id."""
+"""A data file's identity (`longeval.store.location.fingerprint`), part of every instance id."""
 
 
 class Generator(Protocol):
@@ -137,7 +144,7 @@ class TaskSpec:
     suite changes the params; None keeps `max_new_tokens`."""
     followup: Callable[..., Draft | None] | None = None
     """Builds a second call from the first call's output (LongBench v2's CoT answer call); instances that
-    need one carry `"followup": true` in their meta (see `longeval.followup`)."""
+    need one carry `"followup": true` in their meta (see `longeval.stages.followup`)."""
     followup_budget: int = 0
     decoding_deviation: str = ""
     """How our greedy decoding departs from the paper's, recorded in every instance's meta

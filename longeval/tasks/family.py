@@ -28,14 +28,16 @@ class SummaryTable:
     """One of a family's own tables (SYNC's ladder, LongBench v2's Table 2, TAIL's grid ...).
 
     `build(tasks, rows)` gets the run's per task x length summary (`summary/tasks`, this family's rows) and the
-    family's score rows with meta; it is pure. `render(table)` gives what the terminal prints after the results
-    (a rich renderable), or None to print nothing. `log` sends the table to W&B as `results/<name>`.
+    family's score rows with meta; it is pure. `render` says how the terminal shows it after the results: one of
+    the layouts `longeval.report` draws (`LAYOUTS`: "ladder", "heatmap", "breakdown"), so a family needs no
+    report code, or the family's own function of the table to a rich renderable; None prints nothing. `log` sends
+    the table to W&B as `results/<name>`.
     """
 
     name: str
     title: str
     build: Callable[[pa.Table, ScoreRows], pa.Table]
-    render: Callable[[pa.Table], Any] | None = None
+    render: str | Callable[[pa.Table], Any] | None = None
     log: bool = True
     metrics: Callable[[pa.Table], dict[str, float]] | None = None
     """The table's W&B summary metrics by name under the family: `breakdown/hard` is logged as
@@ -48,7 +50,7 @@ class SummaryTable:
 
 @dataclass(frozen=True)
 class Panel:
-    """One of a family's own views in its section of the W&B dashboards (`longeval.dashboards`)."""
+    """One of a family's own views in its section of the W&B dashboards (`longeval.tracking.dashboards`)."""
 
     title: str = ""
     """Shown after the family's title (`LongBench v2: accuracy by domain (%)`); unused for a table."""
@@ -56,6 +58,33 @@ class Panel:
     """Bars of these summary metrics, named as the family's `SummaryTable.metrics` name them."""
     table: str | None = None
     """Instead, a logged result table (`results/<table>`): one of the family's or a common one (`errors`)."""
+
+
+@dataclass(frozen=True)
+class ReportSection:
+    """One of a family's own sections of the HTML report, as `Panel` is one of its W&B views: the family names the
+    summary tables and the words, `longeval.report` draws them in a layout it knows, so no family needs report code.
+
+    Every family with `has_depth` also gets a depth x length heatmap binned from its scores, unless it declares
+    its own grid (`layout="heatmap"`).
+    """
+
+    layout: str
+    """How the report draws `table`: "ladder" (each rung's score per domain against length, and the ladder's
+    rows), "errors" (stacked shares of each kind of failure, and their rows), "cumulative" (cumulative and
+    pointwise curves per task), "breakdown" (accuracy by split and group, bars and rows) or "heatmap" (the
+    family's own depth x length grid, with `depth`, `target_length` and `accuracy` columns)."""
+    title: str
+    table: str
+    """The summary table drawn: one of the family's `SummaryTable` names, or a common one (`cumulative`,
+    `errors`)."""
+    caption: str = ""
+    alt: str = ""
+    """The figure's text alternative (what it shows, for a reader who cannot see it)."""
+    rows: str | None = None
+    """A second summary table shown under the figure: `chance` rates (columns task, chance, paper, model) under
+    "cumulative", a `headline` table (shortest, longest, avg, wavg_inc, wavg_dec, ratio) under "heatmap"."""
+    rows_caption: str = ""
 
 
 @dataclass(frozen=True)
@@ -107,6 +136,12 @@ class Family:
     per task."""
     panels: tuple[Panel, ...] = ()
     """Its own views in the dashboards, after its headline bars and length curves."""
+    report: tuple[ReportSection, ...] = ()
+    """Its own sections of the HTML report, after its curves and per-run tables (`ReportSection`)."""
+    task_curves_caption: str = "Score per task against length; the shaded band is the 95 % interval."
+    """The caption under the report's per-task curves."""
+    threshold_on_task_curves: bool = False
+    """Draw the effective-length threshold on the per-task curves too (RULER reads each task against it)."""
     sample_data: Callable[[Path], SampleData] | None = None
     """For a family whose tasks read data files (`TaskSpec.needs`, or a parameter naming a file): writes small
     synthetic files in the real format under the given folder and says where they are. The tests over every

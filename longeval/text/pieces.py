@@ -34,10 +34,14 @@ class Piece:
 EMPTY = Piece("", np.zeros(0, dtype=np.int32))
 
 
-def piece(encoder: Encoder, text: str) -> Piece:
+def piece(encoder: Encoder, text: str, *, follower: str | None = None) -> Piece:
     """`text` with its ids, encoded once (start it with a space, or after a newline, so it joins others as the
-    whole text would tokenize)."""
-    return Piece(text, encoder.encode(text))
+    whole text would tokenize).
+
+    `follower`: what comes after it in the prompt, for a piece ending in a space or newline, which tokenize
+    differently when more text follows: the next piece's text, or for the context's last piece the template's
+    tail (`frame.tail`), so its ids are those of the whole prompt (`Encoder.encode_followed`)."""
+    return Piece(text, encoder.encode(text) if follower is None else encoder.encode_followed(text, follower))
 
 
 def concat(pieces: Sequence[Piece]) -> Piece:

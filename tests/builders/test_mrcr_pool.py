@@ -34,7 +34,7 @@ def test_built_pool_feeds_mrcr_instances(tmp_path, tiny_model_path, capsys):
     assert 0 < table.num_rows <= 32 and set(table["model_id"].to_pylist()) == {"tiny-random"}
 
     from longeval.config import load_config
-    from longeval.plan import ShardSpec
+    from longeval.planning.plan import ShardSpec
     from longeval.stages.generate import generate_shard, make_context
 
     cfg = load_config(["model=tiny_random", "suite=michelangelo_quick", f"+suite.params.mrcr.pool_path={out}",

@@ -12,9 +12,9 @@ import pytest
 
 from longeval.cli import main
 from longeval.config import load_config
-from longeval.pipeline import run
 from longeval.records import INSTANCE_SCHEMA
-from longeval.store import RunRoot
+from longeval.run.pipeline import run
+from longeval.store.run_root import RunRoot
 from tests.tasks.tail.tail_helpers import build_dataset, domain_of, report
 
 pytestmark = pytest.mark.engine

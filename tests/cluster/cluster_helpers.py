@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from longeval.launch import command_line, sweep, tagged_pids
+from longeval.cluster.launch import command_line, sweep, tagged_pids
 
 REPO = Path(__file__).resolve().parents[2]
 RAY_CLUSTER_SH = REPO / "cluster" / "ray_cluster.sh"

@@ -19,7 +19,7 @@ import pytest
 import ray
 import yaml
 
-from longeval.launch import free_ports, runtime_env, sweep, tagged_pids
+from longeval.cluster.launch import free_ports, runtime_env, sweep, tagged_pids
 from tests.cluster.cluster_helpers import RAY_CLUSTER_SH, REPO, SBATCH_SCRIPT, new_tag
 
 AUTOSCALER = REPO / "cluster" / "ray" / "autoscaler.yaml"
@@ -109,7 +109,7 @@ def test_runtime_env_leaves_the_venv_caches_and_runs_behind(tmp_path):
     # without .gitignore: the excludes alone must keep the upload small
     create_package(str(REPO), package, include_gitignore=False, excludes=env["excludes"])
     names = zipfile.ZipFile(package).namelist()
-    assert {"jobs/run.py", "conf/config.yaml", "longeval/pipeline.py", "cluster/ray_cluster.sh"} <= set(names)
+    assert {"jobs/run.py", "conf/config.yaml", "longeval/run/pipeline.py", "cluster/ray_cluster.sh"} <= set(names)
     assert not [n for n in names if n.split("/")[0] in {".venv", ".cache", "runs", ".git"} or "__pycache__" in n]
     assert package.stat().st_size < 20 * 2**20
 

@@ -87,6 +87,6 @@ def test_an_adaptive_run_with_a_pool_per_length_bucket_runs_as_a_job(tiny_model_
     replicas = pq.read_table(root / "predictions", columns=["replica"])["replica"].to_pylist()
     assert {r.split("/")[0] for r in replicas} == {"pool0", "pool1"}  # one pool per bucket, in every round
     # two CPUs hold one engine and the CPU the other stages need: each pool stops the other's engine to start its
-    # own, once per round (with room, they are kept: tests/test_infer.py)
+    # own, once per round (with room, they are kept: tests/stages/infer/test_infer.py)
     engines = sorted(json.loads(p.read_text())["replica"] for p in (root / "engines").glob("*.json"))
     assert engines == ["pool0/r0", "pool0/r0", "pool1/r0", "pool1/r0"], engines

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from longeval.launch import free_ports
+from longeval.cluster.launch import free_ports
 from tests.cluster.cluster_helpers import (
     BAD_OVERRIDES,
     JOB_TIMEOUT_S,

@@ -12,14 +12,14 @@ from hypothesis import strategies as st
 
 from longeval.cli import main
 from longeval.config import ApiConfig, load_config
-from longeval.consistency import PARTIAL_EXIT
 from longeval.engines.openai_compat import ApiPredictor, chat_messages, retry_after_s
 from longeval.errors import ConfigError
-from longeval.pipeline import run
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
-from longeval.store import RunRoot
+from longeval.run.consistency import PARTIAL_EXIT
+from longeval.run.pipeline import run
+from longeval.store.run_root import RunRoot
 from tests.apiserver import ApiServer, RateLimiter, vllm_server  # noqa: F401
-from tests.s3server import _free_ports
+from tests.s3server import free_loopback_ports
 
 TINY = ["model=tiny_random", "model.engine=openai", "suite.tasks=[niah_single_1,vt]", "suite.lengths=[1024]",
         "suite.samples=3", "suite.shard_size=2", "cluster.batch_size=4"]
@@ -84,7 +84,7 @@ def test_retry_after_reads_seconds_and_milliseconds() -> None:
 
 
 def test_unreachable_server_is_retried_then_recorded() -> None:
-    (port,) = _free_ports(1)  # nothing listens there
+    (port,) = free_loopback_ports(1)  # nothing listens there
     cfg = _api_cfg(f"http://127.0.0.1:{port}/v1", "model.api.max_retries=2", "model.api.timeout_s=2")
     predictor = ApiPredictor(cfg.model, "", "m", 2048)
     rows = predictor({"instance_id": ["a", "b"], "prompt_token_ids": [[1, 2], [3]], "max_new_tokens": [2, 2]})
@@ -97,7 +97,7 @@ def test_unreachable_server_is_retried_then_recorded() -> None:
 def test_a_run_whose_every_request_failed_exits_non_zero_with_one_line(tmp_path: Path, tiny_model_path: Path,
                                                                       capsys) -> None:
     """Every request failed (nothing listens at the URL): the run is partial, says so in one line, exits 3."""
-    (port,) = _free_ports(1)
+    (port,) = free_loopback_ports(1)
     args = [*TINY, f"model.api.base_url=http://127.0.0.1:{port}/v1", "model.api.mode=completions",
             "model.api.max_retries=0", "model.api.timeout_s=2", f"store.root={tmp_path}", "run_name=down"]
     code = main(["run", *args])
@@ -139,7 +139,7 @@ def test_a_run_over_the_api_sends_exactly_the_instance_tokens(tmp_path: Path, vl
 def test_failed_requests_are_recorded_then_retried_by_the_next_run(
     tmp_path: Path, vllm_server: ApiServer  # noqa: F811
 ) -> None:
-    (port,) = _free_ports(1)
+    (port,) = free_loopback_ports(1)
     down = _api_cfg(f"http://127.0.0.1:{port}/v1", f"store.root={tmp_path}", "model.api.max_retries=0",
                     f"model.api.model={vllm_server.served_name}")
     first = run(down)

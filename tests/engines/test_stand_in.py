@@ -14,12 +14,12 @@ from longeval.engines import predictor_class, replica_engine_class
 from longeval.engines.stand_in import WRONG_ANSWER, StandInEngine, StandInSettings, answers_right
 from longeval.engines.vllm_engine import Request, VllmEngine
 from longeval.errors import ConfigError
-from longeval.pipeline import run
-from longeval.plan import make_plan
+from longeval.planning.plan import make_plan
 from longeval.records import PREDICTION_SCHEMA, SCORE_SCHEMA, Instance, Prediction, prediction_table
+from longeval.run.pipeline import run
 from longeval.scoring import score_prediction
 from longeval.stages.generate import generate_shard, make_context
-from longeval.store import RunRoot
+from longeval.store.run_root import RunRoot
 from longeval.tasks import judge_for
 from tests.engine_requests import requests_that_report_their_predecessors
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from longeval.config import ModelConfig, load_config
+from longeval.config.redaction import PUBLIC_ENV
 from longeval.engines.vllm_engine import Partial, Request, VllmEngine, engine_env
-from longeval.redaction import PUBLIC_ENV
 from tests.engine_requests import requests_that_report_their_predecessors
 
 

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from longeval.errors import ConfigError
 from longeval.tasks.base import Draft, GenContext, draft
-from longeval.text import Piece, choose_lengths, concat, context_budget, fit_context, piece
+from longeval.text import Piece, choose_lengths, concat, context_budget, depth_for, fit_context, piece
 
 TEMPLATE = (
     'Extract the value corresponding to the specified key in the JSON object below, an object like '
@@ -32,6 +33,11 @@ class KvParams:
 
     depths: tuple[float, ...] = (0.0, 25.0, 50.0, 75.0, 100.0)
     """Depths (percent of the object) of the queried pair, cycled over instances: the paper's positions."""
+
+    def __post_init__(self) -> None:
+        """Checked when a suite's `suite.params` change them, so a bad value fails at config time."""
+        if not self.depths or any(not 0 <= d <= 100 for d in self.depths):
+            raise ConfigError(f"depths={list(self.depths)}: give at least one, each a percent from 0 to 100")
 
 
 def _pair(key: str, value: str, *, last: bool) -> str:
@@ -51,7 +57,7 @@ def generate(ctx: GenContext, params: KvParams, *, target_length: int, max_new_t
     key, value = _uuids(rng, 2)
     frame = ctx.frame(TEMPLATE.replace("{key}", key), ANSWER_PREFIX)
     budget = context_budget(frame, target_length, max_new_tokens)
-    depth = params.depths[index % len(params.depths)]
+    depth = depth_for(index, params.depths)
 
     # Candidates: more pairs than can fit, encoded once; choose_lengths picks those that sum to the budget.
     gold = piece(ctx.encoder, _pair(key, value, last=False))

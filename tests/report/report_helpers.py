@@ -16,10 +16,10 @@ from pathlib import Path
 import pyarrow as pa
 
 from longeval.config import to_yaml, validate
-from longeval.consistency import prediction_fingerprints
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, content_id
+from longeval.run.consistency import prediction_fingerprints
 from longeval.stages.summarise import report
-from longeval.store import RunRoot
+from longeval.store.run_root import RunRoot
 
 LENGTHS = (4096, 8192, 16384)
 RULER_TASKS = ("niah_single_1", "vt", "cwe")
@@ -41,7 +41,7 @@ EXPECTED_HEADLINE = {
 HOSTILE_OUTPUT = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 
 
-def _instance(family: str, task: str, length: int, index: int, *, depth: float = -1.0, complexity: str = "",
+def instance(family: str, task: str, length: int, index: int, *, depth: float = -1.0, complexity: str = "",
               meta: dict | None = None, references: tuple[str, ...] = ("42",)) -> dict:
     return {
         "instance_id": content_id(family, task, length, index), "family": family, "task": task,
@@ -60,7 +60,7 @@ def _ruler(model: str) -> list[tuple[dict, float, str]]:
             right = round(fraction * RULER_N)
             for i in range(RULER_N):
                 error = "" if i < right else ("null" if i % 2 else "")
-                rows.append((_instance("ruler", task, length, i, complexity="k1-v1-q1"), float(i < right), error))
+                rows.append((instance("ruler", task, length, i, complexity="k1-v1-q1"), float(i < right), error))
     return rows
 
 
@@ -73,7 +73,7 @@ def _sync(model: str) -> list[tuple[dict, float, str]]:
             for i in range(SYNC_N):
                 error = "" if i < right else (kinds[(i + t) % 3] if task != "connected_nodes" else "no_answer")
                 nodes = "nodes=15" if i % 2 else "nodes=30"
-                rows.append((_instance("sync", task, length, i, complexity=nodes), float(i < right), error))
+                rows.append((instance("sync", task, length, i, complexity=nodes), float(i < right), error))
     return rows
 
 
@@ -87,7 +87,7 @@ def _michelangelo(model: str) -> list[tuple[dict, float, str]]:
                     score = round(min(1.0, max(0.0, 0.9 - 0.2 * k - 0.05 * i + bonus)), 4)  # a similarity ratio
                 else:
                     score = float((i + k) % 3 != 0 or (bonus and i == 0))
-                rows.append((_instance("michelangelo", task, length, i, complexity=f"ops={i + 1}"), score, ""))
+                rows.append((instance("michelangelo", task, length, i, complexity=f"ops={i + 1}"), score, ""))
     return rows
 
 
@@ -99,7 +99,7 @@ def _longbench(model: str) -> list[tuple[dict, float, str]]:
                 "domain": domains[i % len(domains)], "answer": "A"}
         right = (i % 4 != 0) if model == "model-b" else (i % 2 == 0)
         error = "" if right else ("invalid" if i % 5 == 0 else "wrong")
-        rows.append((_instance("longbench_v2", "longbench_v2", 16384, i, meta=meta), float(right), error))
+        rows.append((instance("longbench_v2", "longbench_v2", 16384, i, meta=meta), float(right), error))
     return rows
 
 
@@ -110,7 +110,7 @@ def _tail(model: str) -> list[tuple[dict, float, str]]:
             for i in range(TAIL_N):
                 index = (d * TAIL_N) + i
                 right = (i + d + k + (model == "model-b")) % 3 != 0
-                rows.append((_instance("tail", "tail", length, index, depth=depth, meta={"depth": depth}),
+                rows.append((instance("tail", "tail", length, index, depth=depth, meta={"depth": depth}),
                              float(right), "" if right else "wrong"))
     return rows
 
@@ -123,10 +123,18 @@ def build_run(path: str | Path, model: str, *, summarise: bool = True, max_model
     metadata columns, for tests that count what reading around them costs."""
     cfg = validate({"model": {"name": model, "path": "synthetic", "max_model_len": max_model_len},
                     "suite": {"name": "synthetic", "tasks": list(TASKS), "lengths": list(LENGTHS), "samples": 10}})
+    rows = _ruler(model) + _sync(model) + _michelangelo(model) + _longbench(model) + _tail(model)
+    return write_run(path, cfg, rows, summarise=summarise, prompt_tokens=prompt_tokens)
+
+
+def write_run(path: Path | str, cfg, rows: list[tuple[dict, float, str]], *, summarise: bool = True,
+              prompt_tokens: int = 0) -> RunRoot:
+    """A run root of `cfg` holding `rows` (instance, score, error type), predicted and scored, and summarised
+    if `summarise`."""
+    model = cfg.model.name
     root = RunRoot(str(path))
     root.write_text("config.yaml", to_yaml(cfg))
     root.write_json("versions.json", {"tokenizer_fingerprint": "tok-1", "chat_template_fingerprint": "chat-1"})
-    rows = _ruler(model) + _sync(model) + _michelangelo(model) + _longbench(model) + _tail(model)
     shards: dict[str, list[dict]] = {}
     for instance, _, _ in rows:
         if prompt_tokens:

@@ -11,10 +11,12 @@ from html.parser import HTMLParser
 
 import pyarrow as pa
 
-from longeval.aggregate import headline, length_table, summarise
-from longeval.compare import compare_scores
-from longeval.report.html import PairView, build_page, families
+from longeval.report.html import build_page
 from longeval.report.runs import RunData, unique_labels
+from longeval.report.sections import families
+from longeval.report.view import PairView
+from longeval.stats.aggregate import headline, length_table, summarise
+from longeval.stats.compare import compare_scores
 
 HOSTILE = '<script>alert("x")</script>'
 
@@ -186,9 +188,9 @@ def test_a_runs_note_reaches_the_page() -> None:
 
 
 def test_the_html_table_gives_a_near_threshold_length_the_range_a_full_sweep_could_give() -> None:
-    from longeval.adaptive_run import CELL_SCHEMA, LENGTH_SCHEMA
-    from longeval.report.html import adaptive_section
     from longeval.report.runs import RunData
+    from longeval.report.sections import adaptive_section
+    from longeval.run.adaptive_rounds import CELL_SCHEMA, LENGTH_SCHEMA
 
     cells = pa.Table.from_pylist([{"task": "ruler/vt", "target_length": 4096, "instances": 500, "cap": 500,
                                    "decision": "above", "decided_early": False, "beats_shorter": False,
@@ -209,3 +211,32 @@ def test_the_html_table_gives_a_near_threshold_length_the_range_a_full_sweep_cou
     texts = [c.text for c in row.cells]
     assert any(t.startswith("undecided near the threshold") for t in texts) and "none – 4K" in texts
     assert "cells" in texts  # what decided the row
+
+
+def test_a_new_family_gets_its_depth_heatmap_and_a_family_without_depths_none(tmp_path) -> None:
+    """The example family (tests/example_family) declares no report section: its instances carry depths, so the
+    report draws a depth x length heatmap binned from its scores, as docs/adding-a-family.md promises; no family
+    name of the report's own code is involved (issue #47)."""
+    from longeval.config import validate
+    from longeval.report.html import write_report
+    from longeval.tasks import FAMILIES, TASKS
+    from tests.example_family import FAMILY
+    from tests.report.report_helpers import instance, write_run
+
+    cfg = validate({"model": {"name": "model-a", "path": "synthetic", "max_model_len": 16384},
+                    "suite": {"name": "synthetic", "tasks": ["kv_retrieval"], "lengths": [4096, 8192], "samples": 10},
+                    "plugins": ["tests.example_family.plugin"]})
+    try:
+        depths = (0.0, 25.0, 50.0, 75.0, 100.0)
+        rows = [(instance(FAMILY.name, "kv_retrieval", n, i, depth=depths[i % 5]), float(i % 5 != 2), "")
+                for n in (4096, 8192) for i in range(10)]  # the middle depth always wrong: the paper's U-shape
+        write_run(tmp_path / "run", cfg, rows)
+        page = write_report([str(tmp_path / "run")], tmp_path / "report.html", compare=False).path.read_text()
+    finally:
+        FAMILIES.pop(FAMILY.name, None)
+        for spec in FAMILY.tasks:
+            TASKS.pop(spec.key, None)
+    section = re.search(r'<section[^>]*id="lost-in-the-middle-depths".*?</section>', page, re.S)
+    assert section is not None, "no depth x length heatmap for the example family"
+    assert "Lost in the Middle: depth × length" in section.group(0) and "<img" in section.group(0)
+    assert 'id="longbench-v2-depths"' not in page

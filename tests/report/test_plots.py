@@ -8,9 +8,9 @@ import pyarrow as pa
 import pytest
 from matplotlib.figure import Figure
 
-from longeval.aggregate import cumulative, error_table, summarise
-from longeval.compare import compare_scores
 from longeval.report import plots
+from longeval.stats.aggregate import cumulative, error_table, summarise
+from longeval.stats.compare import compare_scores
 from longeval.tasks.sync import LADDER
 
 SVG = "{http://www.w3.org/2000/svg}svg"
@@ -84,7 +84,7 @@ def test_cumulative_curves_draw_up_to_and_at_with_chance() -> None:
 
 def test_ladder_curves_use_a_line_style_per_rung() -> None:
     cells = {(task, n): [1, 0] for task in ("connected_nodes", "shortest_path", "longest_path") for n in (4096, 8192)}
-    from longeval.aggregate import ladder
+    from longeval.stats.aggregate import ladder
 
     table = ladder(summarise(score_rows("a", cells, family="sync")), LADDER)
     fig = plots.ladder_curves({"a": table}, colors=COLORS)
@@ -146,7 +146,7 @@ def test_figures_save_deterministically(save) -> None:
 
 
 def test_adaptive_samples_mark_each_cells_decision_and_the_near_threshold_ones() -> None:
-    from longeval.adaptive_run import CELL_SCHEMA
+    from longeval.run.adaptive_rounds import CELL_SCHEMA
 
     base = {"skill_group": "retrieval", "cap": 500, "decided_early": False, "beats_shorter": False}
     cells = pa.Table.from_pylist([

@@ -11,11 +11,11 @@ import pytest
 
 from longeval.cli import main
 from longeval.config import load_config
-from longeval.consistency import PARTIAL_EXIT
-from longeval.lease import acquire
-from longeval.pipeline import run
 from longeval.records import SCORE_SCHEMA
-from longeval.store import RunRoot
+from longeval.run.consistency import PARTIAL_EXIT
+from longeval.run.pipeline import run
+from longeval.store.lease import acquire
+from longeval.store.run_root import RunRoot
 
 SYNTHETIC_PARTIAL = "6 of 33 planned instance shards are missing"
 """The synthetic runs hold SYNC and TAIL at two of the three lengths their config.yaml plans, LongBench v2 at one:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from longeval.compare import compare_scores
 from longeval.report.html import write_report
 from longeval.report.runs import load_scores
 from longeval.stages.summarise import summarise_root
-from longeval.store import RunRoot
+from longeval.stats.compare import compare_scores
+from longeval.store.run_root import RunRoot
 from tests.report.report_helpers import build_run
 
 

@@ -8,9 +8,9 @@ import pyarrow as pa
 import pytest
 from rich.console import Console
 
-from longeval.aggregate import headline, length_table, summarise
 from longeval.records import SCORE_SCHEMA
 from longeval.report.table import format_length, render_results
+from longeval.stats.aggregate import headline, length_table, summarise
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, Prediction
 from longeval.scoring.deadline import DeadlineScorer
-from longeval.store import RunRoot
+from longeval.store.run_root import RunRoot
 from longeval.tasks import judge_for
 from tests.cli_subprocess import flat, longeval
 

@@ -4,7 +4,9 @@ Each task's instance is generated at the smallest length the task declares (`Tas
 fixtures in tests/task_instances.py), and must keep these requirements, which name every assertion's message:
 
 - R1 fits: `input_tokens + max_new_tokens <= target_length`.
-- R2 counted: `input_tokens` is the number of prompt token ids the engine receives.
+- R2 counted: `input_tokens` is the number of prompt token ids the engine receives, and those ids are what the
+  prompt text tokenizes to (with the contract's tokenizer and prompt format: SmolLM2's chat template), so the
+  model reads the prompt the instance shows.
 - R3 deterministic: the same seed, length and index give the same instance, byte for byte.
 - R4 labelled: the instance's family, task and metric are its TaskSpec's.
 - R5 depth in percent: `depth` is in [0, 100], or -1 where the task has none (whole documents).
@@ -49,6 +51,11 @@ def test_every_task_keeps_the_contract(task_ctx: GenContext, key: str) -> None:
     assert first.input_tokens + first.max_new_tokens <= first.target_length, (
         f"R1 fits: {key}: {first.input_tokens} input + {first.max_new_tokens} output tokens > {first.target_length}")
     assert first.input_tokens == len(first.prompt_token_ids), f"R2 counted: {key}: input_tokens is not the id count"
+    retokenized = task_ctx.encoder.encode(first.prompt)
+    assert np.array_equal(retokenized, np.asarray(first.prompt_token_ids)), (
+        f"R2 counted: {key}: the prompt's ids are not what its text tokenizes to ({len(first.prompt_token_ids)} "
+        f"ids, {len(retokenized)} from the text): encode a piece that ends in whitespace against what follows it "
+        "(`piece(encoder, text, follower=...)`) and start each piece at a word boundary")
     row, row_again = first.to_row(), again.to_row()
     ids, ids_again = row.pop("prompt_token_ids"), row_again.pop("prompt_token_ids")
     assert row == row_again, f"R3 deterministic: {key}: two instances of one seed differ"

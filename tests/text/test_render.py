@@ -18,7 +18,7 @@ PREFIX = " The magic number is"
 BOS = 1  # <|im_start|> in SmolLM2's vocabulary; any id will do for the fake BOS tokenizer
 
 
-class _Wrapped:
+class Wrapped:
     """A real tokenizer with one behaviour changed: a BOS token, or no chat template."""
 
     def __init__(self, inner: Any, *, bos: int | None = None, chat_template: str | None = "keep") -> None:
@@ -89,7 +89,7 @@ def test_chat_template_off_is_the_plain_text(encoder: Encoder) -> None:
 
 
 def test_plain_mode_adds_the_tokenizers_bos(encoder: Encoder) -> None:
-    bos_encoder = Encoder(_Wrapped(encoder.tokenizer, bos=BOS))
+    bos_encoder = Encoder(Wrapped(encoder.tokenizer, bos=BOS))
     assert bos_encoder.special_prefix() == [BOS]
     frame = render_frame(bos_encoder, PromptFormat(chat_template=False), USER, PREFIX)
     assert frame.head_ids[0] == BOS
@@ -118,7 +118,7 @@ def test_context_placeholder_must_appear_exactly_once(encoder: Encoder, user: st
 
 
 def test_missing_chat_template_says_how_to_fix_it(encoder: Encoder) -> None:
-    base = Encoder(_Wrapped(encoder.tokenizer, chat_template=None))
+    base = Encoder(Wrapped(encoder.tokenizer, chat_template=None))
     with pytest.raises(ConfigError, match=r"model\.chat_template=false"):
         render_frame(base, PromptFormat(), USER, PREFIX)
     frame = render_frame(base, PromptFormat(chat_template=False), USER, PREFIX)  # the fix works

@@ -15,7 +15,7 @@ from longeval.tasks.base import GenContext, instance_rng, make_instance, output_
 from longeval.text.render import PromptFormat, prompt_format, render_frame, render_messages
 from longeval.text.ruler_format import RULER_MODEL_TEMPLATES
 from longeval.text.tokenizer import Encoder, load_encoder
-from tests.text.test_render import _Wrapped
+from tests.text.test_render import Wrapped
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def test_the_format_is_part_of_the_instance_id(encoder: Encoder) -> None:
 
 def test_the_tokenizers_bos_is_added_once(encoder: Encoder) -> None:
     """RULER sends text and the engine adds BOS; a template that starts with it does not get a second."""
-    with_bos = Encoder(_Wrapped(encoder.tokenizer, bos=1))
+    with_bos = Encoder(Wrapped(encoder.tokenizer, bos=1))
     plain = render_frame(with_bos, PromptFormat(ruler_template="base"), "Read.\n{context}\nQ?", " A:")
     assert plain.head_ids.tolist()[:1] == [1] and plain.head_ids.tolist()[1:2] != [1]
     assert plain.tail.endswith("Q? A:")

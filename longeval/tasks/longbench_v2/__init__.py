@@ -11,10 +11,9 @@ zero-shot + CoT (`suite.params.longbench_v2.cot=true`: a 1024-token chain of tho
 
 from __future__ import annotations
 
-from longeval.report.table import render_breakdown
 from longeval.scoring.judgement import Judge
 from longeval.tasks.base import TaskSpec
-from longeval.tasks.family import Family, Panel, SummaryTable
+from longeval.tasks.family import Family, Panel, ReportSection, SummaryTable
 from longeval.tasks.longbench_v2.data import (
     DIFFICULTIES,
     DOMAINS,
@@ -55,6 +54,7 @@ __all__ = [
     "DIFFICULTIES",
     "DOMAINS",
     "ERROR_TYPES",
+    "FAMILY",
     "GUESS_SCORE",
     "INVALID",
     "LENGTHS",
@@ -89,7 +89,7 @@ LONGBENCH_V2_TASKS: tuple[TaskSpec, ...] = (
              followup_budget=COT_ANSWER_MAX_NEW_TOKENS, decoding_deviation=DECODING_DEVIATION),
 )
 """The registry entry; `budget` gives the CoT call its 1024 tokens when a suite sets `cot=true`, and
-`followup` makes the pipeline ask the answer call with the chain of thought quoted (`longeval.followup`)."""
+`followup` makes the pipeline ask the answer call with the chain of thought quoted (`longeval.stages.followup`)."""
 
 LONGBENCH_V2_SCORERS: dict[str, Judge] = {METRIC: score_longbench_v2}
 
@@ -99,11 +99,15 @@ FAMILY = Family(
     intro="LongBench v2's Table 2: accuracy overall, by difficulty, by length bucket (short < 32k, "
           "medium 32k–128k, long > 128k words) and by domain. Compensated accuracy counts an "
           "unparseable answer as a 0.25 guess (its Table 5); chance is 25.",
-    tables=(SummaryTable("longbench_v2", "LongBench v2: Table 2", breakdown_table, render_breakdown,
+    tables=(SummaryTable("longbench_v2", "LongBench v2: Table 2", breakdown_table, "breakdown",
                          metrics=breakdown_metrics),),
     has_depth=False,
     panels=(Panel("accuracy by difficulty and length (%)",
                   tuple(breakdown_metric(g) for g in ("overall", *DIFFICULTIES, *LENGTHS))),
             Panel("accuracy by domain (%)", tuple(breakdown_metric(d) for d in DOMAINS)),
             Panel("compensated accuracy (%)", (breakdown_metric("overall", compensated=True),))),
+    report=(ReportSection("breakdown", "LongBench v2 breakdown", "longbench_v2",
+                          caption="Bars: accuracy; black ticks: compensated accuracy; dotted: chance.",
+                          alt="LongBench v2: accuracy overall, by difficulty and by length per run",
+                          rows_caption="LongBench v2 (Table 2 layout, with Table 5's compensated accuracy)"),),
 )

@@ -18,7 +18,7 @@ from typing import Any
 from pyarrow import fs as pafs
 
 from longeval.errors import ConfigError, DataFileError, StoreError
-from longeval.files import list_files, read_uri, stat
+from longeval.store.location import list_files, read_uri, stat
 
 DIFFICULTIES = ("easy", "hard")
 LENGTHS = ("short", "medium", "long")

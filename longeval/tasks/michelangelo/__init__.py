@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from longeval.scoring.judgement import Judge
 from longeval.tasks.base import TaskSpec
-from longeval.tasks.family import Family, Sampling, SummaryTable
+from longeval.tasks.family import Family, ReportSection, Sampling, SummaryTable
 from longeval.tasks.michelangelo import idk, latent_list, mrcr
 from longeval.tasks.michelangelo.idk import IdkParams, score_idk
 from longeval.tasks.michelangelo.latent_list import LatentListParams, score_latent_list
@@ -24,6 +24,7 @@ from longeval.tasks.michelangelo.stratify import SUBSETS, stacked_counts, stacke
 from longeval.tasks.michelangelo.summary import chance_rates, render_chance
 
 __all__ = [
+    "FAMILY",
     "MICHELANGELO_SCORERS",
     "MICHELANGELO_TASKS",
     "IdkParams",
@@ -59,4 +60,9 @@ FAMILY = Family(
     tables=(SummaryTable("chance", "Michelangelo: chance rates (Appendix B)", chance_rates, render_chance),),
     sampling=Sampling(choices=tuple(SUBSETS), counts=stacked_counts, weights=stacked_weights),
     cumulative_curves=True,
+    report=(ReportSection("cumulative", "Michelangelo cumulative curves", "cumulative",
+                          caption="Solid: cumulative average score over instances up to length L; dashed: score at "
+                                  "L; dotted: chance.",
+                          alt="Michelangelo: cumulative and pointwise score against context length per task",
+                          rows="chance", rows_caption="chance rates (Michelangelo Appendix B)"),),
 )

@@ -279,10 +279,12 @@ _SCAN_CHARS = 20_000
 # Possessive quantifiers (`*+`, `?+`): each optional piece starts with a character the one before it cannot
 # match, so giving characters back never finds a new match, and without it runs of spaces backtrack
 # polynomially ("Answer" + 300 spaces + "?" took seconds, 2,000 spaces hours).
-_CUE = re.compile(
+ANSWER_CUE = re.compile(
     r"(?i:answer|choice|option)\s*+(?i:is|would be)?+\s*+:?+\s*+\**+\s*+(?:\(([A-Da-d])\)|([A-D])(?![\w']))"
 )
-_START = re.compile(r"\s*+\**+\s*+(?:\(([A-Da-d])\)|([A-D])[).:](?:\s|$)|([A-D])\s*+$)")
+"""A letter after an "answer is" cue: `parse_choice`'s first rule (the last such cue wins)."""
+ANSWER_AT_START = re.compile(r"\s*+\**+\s*+(?:\(([A-Da-d])\)|([A-D])[).:](?:\s|$)|([A-D])\s*+$)")
+"""A letter the answer starts with ("B. Denver", "(c)"): `parse_choice`'s rule when no cue names one."""
 _PAREN = re.compile(r"\(([A-Da-d])\)")
 _NOT_IN_CONTEXT = re.compile(
     r"not (?:been )?(?:mentioned|stated|specified|provided|given|included|present|available|indicated|said)"
@@ -302,10 +304,10 @@ def parse_choice(output: str, choices: Sequence[str]) -> str | None:
     """The letter a model chose: after an "answer is" cue, at the start, in parentheses, or by the
     choice's own text; None when the output names no choice."""
     text = _normalise(output[-_SCAN_CHARS:] if len(output) > _SCAN_CHARS else output)
-    cues = list(_CUE.finditer(text))
+    cues = list(ANSWER_CUE.finditer(text))
     if cues:
         return next(g for g in cues[-1].groups() if g).upper()
-    start = _START.match(text)
+    start = ANSWER_AT_START.match(text)
     if start:
         return next(g for g in start.groups() if g).upper()
     marked = _PAREN.findall(text)

@@ -223,7 +223,9 @@ def filler_blocks(seed: int = FILLER_SEED) -> tuple[list[str], list[int]]:
 
 
 @dataclass(frozen=True)
-class _Filler:
+class FillerPool:
+    """The filler blocks (`filler_blocks`) encoded once, grouped by strategy: what the context is drawn from."""
+
     pool: UnitPool
     offsets: np.ndarray  # first pool index of each strategy
     counts: np.ndarray  # blocks per strategy
@@ -239,13 +241,15 @@ class _Filler:
         return sample
 
 
-def _filler(ctx: GenContext) -> _Filler:
-    def build() -> _Filler:
+def filler_pool(ctx: GenContext) -> FillerPool:
+    """The filler blocks for the model's tokenizer, built once per generation context."""
+
+    def build() -> FillerPool:
         texts, groups = filler_blocks()
         counts = np.bincount(np.asarray(groups))
         offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])
         lines = np.array([t.count("\n") for t in texts], dtype=np.int64)
-        return _Filler(UnitPool.build(ctx.encoder, texts, follower=">"), offsets, counts, lines)
+        return FillerPool(UnitPool.build(ctx.encoder, texts, follower=">"), offsets, counts, lines)
 
     return ctx.cached(("michelangelo/latent_list/filler", FILLER_VERSION), build)
 
@@ -301,7 +305,7 @@ def generate(
             f"{fixed} tokens but only {budget} are left after the prompt and output budget; "
             "use larger suite.lengths values"
         )
-    filler = _filler(ctx)
+    filler = filler_pool(ctx)
     fill_seed = int((context_rng if context_rng is not None else rng).integers(2**63))
     place_seed = int(rng.integers(2**63))
     placed: dict[str, Any] = {}
@@ -338,7 +342,8 @@ def generate(
 
 # Possessive quantifiers: every piece starts with a character the piece before cannot take, so nothing given
 # back can match, and without them "[1" + a run of spaces backtracks quadratically (19K spaces: seconds).
-_INT_LIST = re.compile(r"\[\s*+(?:[-+]?+\d{1,12}+\s*+(?:,\s*+[-+]?+\d{1,12}+\s*+)*+,?+\s*+)?+\]")
+INT_LIST = re.compile(r"\[\s*+(?:[-+]?+\d{1,12}+\s*+(?:,\s*+[-+]?+\d{1,12}+\s*+)*+,?+\s*+)?+\]")
+"""A printed list of integers ("[3, -4]", "[]"), as `parse_list` finds it in an answer."""
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w])")
 _MAX_DIGITS = 200
 _SCAN_CHARS = 20_000
@@ -375,7 +380,7 @@ def _answer_region(output: str) -> str:
 def parse_list(output: str) -> list[int] | None:
     """A printed list of integers: the one the answer starts with, else the last one in it."""
     region = _answer_region(output)
-    found = list(_INT_LIST.finditer(region))
+    found = list(INT_LIST.finditer(region))
     if not found:
         return None
     match = found[0] if found[0].start() == 0 else found[-1]

@@ -198,7 +198,7 @@ def _encoded(ctx: GenContext, params: MrcrParams, chat: TurnLayout | None = None
     return ctx.cached(("michelangelo/mrcr/turns", *_pool_key(params), key), build)
 
 
-def _chat_examples(pool: WritingPool, length: int) -> str:
+def chat_examples(pool: WritingPool, length: int) -> str:
     """Solved examples for the chat layout's first message, when the pool brings none of its own: the
     same cases as Appendix A.2's, in openai/mrcr's wording (answer = string + writing, no space)."""
     text = prompts.MRCR_INTRO
@@ -214,7 +214,7 @@ def _chat_examples(pool: WritingPool, length: int) -> str:
 def _chat_layout(ctx: GenContext, params: MrcrParams, pool: WritingPool) -> TurnLayout:
     """The model's rendering of the chat layout, with the examples as the first user message."""
     def build() -> TurnLayout:
-        preamble = (pool.preamble or _chat_examples(pool, params.random_string_length)) if params.few_shot else ""
+        preamble = (pool.preamble or chat_examples(pool, params.random_string_length)) if params.few_shot else ""
         return turn_layout(ctx.encoder, ctx.fmt, [{"role": "user", "content": preamble}] if preamble else [])
 
     key = ("michelangelo/mrcr/chat", *_pool_key(params), params.few_shot, params.random_string_length)

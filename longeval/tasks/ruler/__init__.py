@@ -17,6 +17,17 @@ from longeval.tasks.ruler.samples import sample_data
 from longeval.tasks.ruler.templates import prompt_fingerprint
 from longeval.tasks.ruler.variable_tracking import VtParams
 
+__all__ = [
+    "FAMILY",
+    "RULER_GROUPS",
+    "RULER_TASKS",
+    "CweParams",
+    "FweParams",
+    "NiahParams",
+    "QaParams",
+    "VtParams",
+]
+
 
 def _niah(name: str, **params: object) -> TaskSpec:
     return TaskSpec("ruler", name, NiahParams(**params), niah.generate, "string_match_all", 128, judge=judge_all,
@@ -56,4 +67,5 @@ FAMILY = Family(
     intro="Scores are RULER's string_match_all (NIAH, VT, CWE, FWE) or string_match_part (QA), ×100. The "
           "per-task figure draws each task against length with its 95 % interval shaded; the dotted "
           "line is the effective-length threshold. Compare with RULER's Table 3 and its per-task appendix.",
+    threshold_on_task_curves=True,
 )

@@ -45,7 +45,7 @@ class FweParams:
 
     def __post_init__(self) -> None:
         """Refuse values the generator cannot work with: a zeta needs alpha > 1, and a vocabulary of at least 100
-        words needs words of at least 2 letters (see `_coded_vocab` for the limit at each length)."""
+        words needs words of at least 2 letters (see `coded_vocab` for the limit at each length)."""
         if self.alpha <= 1:
             raise ConfigError(f"alpha={self.alpha}: must be more than 1 (a Zipf law's exponent), e.g. 2.0")
         if self.coded_wordlen < 2 or self.vocab_per_tokens < 1:
@@ -176,7 +176,7 @@ def zeta(alpha: float, terms: int = 100_000) -> float:
     return float(np.sum(k**-alpha) + n ** (1 - alpha) / (alpha - 1) - 0.5 * n**-alpha)
 
 
-def _coded_vocab(params: FweParams, size: int, rng: np.random.Generator) -> list[str]:
+def coded_vocab(params: FweParams, size: int, rng: np.random.Generator) -> list[str]:
     """`size` distinct random lowercase words, drawn in one call, in a seeded random order."""
     letters = np.array(list(string.ascii_lowercase))
     there = 26**params.coded_wordlen
@@ -200,7 +200,7 @@ def generate_fwe(
     frame = ctx.frame(user, prefix)
     budget = context_budget(frame, target_length, max_new_tokens)
     size = max(100, target_length // params.vocab_per_tokens)
-    vocab = [params.noise_word] + _coded_vocab(params, size, rng)
+    vocab = [params.noise_word] + coded_vocab(params, size, rng)
     word_ids = ctx.encoder.encode_many([" " + w for w in vocab], cache=False)
     word_len = np.array([len(ids) for ids in word_ids])
     rank = np.arange(1, len(vocab) + 1, dtype=np.float64)

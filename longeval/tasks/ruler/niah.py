@@ -27,9 +27,10 @@ from longeval.errors import ConfigError, LengthError
 from longeval.tasks.base import Draft, GenContext, draft
 from longeval.tasks.ruler.templates import fill
 from longeval.text import words
-from longeval.text.corpus import NOISE, SENTENCE_END, load_essays
+from longeval.text.corpus import NOISE, load_essays
 from longeval.text.fit import choose_lengths, context_budget, fit_context
-from longeval.text.pieces import EMPTY, Piece, Ragged, UnitStream, concat, drop_space, end_line
+from longeval.text.haystack import depth_for, insert_between_lines, insert_between_sentences
+from longeval.text.pieces import Piece, Ragged, UnitStream, concat, drop_space, end_line
 from longeval.text.render import Frame
 from longeval.text.tokenizer import Encoder
 
@@ -54,7 +55,7 @@ class NiahParams:
     """Keys asked for at once (MQ-NIAH)."""
 
 
-def _draw_many(kind: Kind, rng: np.random.Generator, n: int) -> list[str]:
+def draw_many(kind: Kind, rng: np.random.Generator, n: int) -> list[str]:
     """n random keys or values of a kind, drawn in one vectorised call."""
     if kind == "numbers":
         return [str(x) for x in rng.integers(10**6, 10**7, size=n)]
@@ -67,17 +68,17 @@ def _draw_many(kind: Kind, rng: np.random.Generator, n: int) -> list[str]:
 
 
 MAX_DRAW_ROUNDS = 64
-"""Rounds of `_draw_unique` before it gives up: each round draws all that is still missing, so only a request
+"""Rounds of `draw_unique` before it gives up: each round draws all that is still missing, so only a request
 near the size of the kind's whole space (more needles than there are distinct keys) takes more than a few."""
 
 
-def _draw_unique(kind: Kind, rng: np.random.Generator, n: int, taken: set[str], *, param: str = "") -> list[str]:
+def draw_unique(kind: Kind, rng: np.random.Generator, n: int, taken: set[str], *, param: str = "") -> list[str]:
     """n keys or values of a kind unlike any in `taken`; gives up, naming `param`, rather than draw forever."""
     out: list[str] = []
     for _ in range(MAX_DRAW_ROUNDS):
         if len(out) >= n:
             return out
-        for item in _draw_many(kind, rng, n - len(out)):
+        for item in draw_many(kind, rng, n - len(out)):
             if item not in taken:
                 taken.add(item)
                 out.append(item)
@@ -112,33 +113,6 @@ def _noise_stream(ctx: GenContext) -> UnitStream:
     return ctx.cached(("noise-lines",), lambda: UnitStream(ctx.encoder, (NOISE + "\n",), followed=True))
 
 
-@dataclass(frozen=True)
-class Essays:
-    """The essay haystack as a unit stream, and which units begin a sentence."""
-
-    stream: UnitStream
-    starts: np.ndarray
-    wraps: bool
-    """Whether the text's last unit ends a sentence, so its first begins one again when the stream repeats."""
-
-    def sentence_units(self, n: int) -> np.ndarray:
-        """The units, of the first n of the cyclic stream, that begin a sentence."""
-        flags = np.resize(self.starts, n)
-        flags[len(self.starts) :: len(self.starts)] = self.wraps
-        return np.flatnonzero(flags)
-
-    def begins_sentence(self, unit: int) -> bool:
-        period = len(self.starts)
-        return self.wraps if unit >= period and unit % period == 0 else bool(self.starts[unit % period])
-
-
-def _essays(ctx: GenContext) -> Essays:
-    corpus = load_essays(ctx.data.essay_dir)
-    return ctx.cached(("essay-sentences", corpus.fingerprint), lambda: Essays(
-        UnitStream(ctx.encoder, corpus.sentences), np.array(corpus.starts, dtype=bool),
-        bool(SENTENCE_END.search(corpus.sentences[-1] + " "))))
-
-
 def prepare_haystack(ctx: GenContext, params: NiahParams) -> None:
     """Build the noise or essay haystack these parameters draw from and keep it in `ctx`, as the first instance
     would: the generation benchmark times this apart from that instance. (The needle haystack depends on the
@@ -146,56 +120,7 @@ def prepare_haystack(ctx: GenContext, params: NiahParams) -> None:
     if params.haystack == "noise":
         _noise_stream(ctx)
     elif params.haystack == "essay":
-        _essays(ctx)
-
-
-def _insert_lines(stream: UnitStream, budget: int, needles: list[tuple[float, Piece]]) -> Piece:
-    """Fill `budget` tokens with whole noise lines and put each needle at the line boundary nearest its depth."""
-    n = stream.units_within(budget)
-    parts: list[Piece] = []
-    start = 0
-    for depth, needle in sorted(needles, key=lambda item: item[0]):
-        at = int(n * depth / 100)
-        parts.append(stream.slice(start, at))
-        parts.append(needle)
-        start = at
-    parts.append(stream.slice(start, n))
-    return concat(parts)
-
-
-def _insert_sentences(essays: Essays, budget: int, needles: list[tuple[float, Piece]], follower: str) -> Piece:
-    """Fill `budget` tokens with essay text cut at a word, and put the needles between its sentences as RULER does.
-
-    RULER: `sents = sent_tokenize(text)`, positions `[0] + sorted(int(len(sents) * (depth / 100))) + [len(sents)]`,
-    and `" ".join` of the sentence runs between them and the needles. Our units carry a leading space, so the
-    result is that text with one space in front (see `_open`); an empty run keeps its join space, and a needle
-    after the last sentence is followed by one (`follower` is what the prompt has after the context).
-    """
-    stream, encoder = essays.stream, essays.stream.encoder
-    n, tail = stream.fill(budget)
-    bounds = essays.sentence_units(n).tolist()
-    if tail.text and essays.begins_sentence(n):
-        bounds.append(n)  # the cut sentence at the end is one of its own
-    end = n + 1 if tail.text else n  # position n stands for the cut
-    count = len(bounds)
-    ordered = sorted(needles, key=lambda item: item[0])
-    cuts = [0] + sorted(int(count * (depth / 100)) for depth, _ in ordered) + [count]
-    at = [bounds[k] if k < count else end for k in cuts]
-
-    def run(a: int, b: int) -> Piece:
-        return concat([stream.slice(a, min(b, n)), tail if a <= n < b else EMPTY])
-
-    parts: list[Piece] = []
-    for i, (_, needle) in enumerate(ordered):
-        parts.append(run(at[i], at[i + 1]))
-        lead = " " if cuts[i] == cuts[i + 1] else ""  # an empty run: " ".join leaves its space
-        trail = " " if i == len(ordered) - 1 and cuts[i + 1] == count else ""
-        if lead or trail:
-            text = lead + needle.text + trail
-            needle = Piece(text, encoder.encode_followed(text, follower) if trail else encoder.encode(text))
-        parts.append(needle)
-    parts.append(run(at[-2], at[-1]))
-    return concat(parts)
+        ctx.essay_haystack()
 
 
 def _open(encoder: Encoder, frame: Frame, context: Piece) -> Piece:
@@ -244,14 +169,14 @@ class NeedlePool:
 
 
 def _pool(ctx: GenContext, params: NiahParams, target_length: int) -> NeedlePool:
-    probe = len(ctx.encoder.encode(needle_text(params, _draw_many(params.type_key, np.random.default_rng(0), 1)[0],
-                                               _draw_many(params.type_value, np.random.default_rng(1), 1)[0])))
+    probe = len(ctx.encoder.encode(needle_text(params, draw_many(params.type_key, np.random.default_rng(0), 1)[0],
+                                               draw_many(params.type_value, np.random.default_rng(1), 1)[0])))
     size = 1 << max(12, int(2 * target_length / max(1, probe - 4) + 512).bit_length())
 
     def build() -> NeedlePool:
         rng = np.random.default_rng([POOL_SEED, size, len(params.type_key), len(params.type_value)])
-        keys = _draw_unique(params.type_key, rng, size, set())
-        values = _draw_many(params.type_value, rng, size)
+        keys = draw_unique(params.type_key, rng, size, set())
+        values = draw_many(params.type_value, rng, size)
         texts = [needle_text(params, k, v) for k, v in zip(keys, values, strict=True)]
         return NeedlePool(keys, texts, Ragged.of(needle_ids(ctx, params, keys, values)))
 
@@ -292,8 +217,8 @@ def generate(
     rng: np.random.Generator, index: int,
 ) -> Draft:
     taken: set[str] = set()
-    keys = _draw_unique(params.type_key, rng, params.num_needle_k, taken, param="suite.params num_needle_k")
-    values = [_draw_unique(params.type_value, rng, params.num_needle_v, taken, param="suite.params num_needle_v")
+    keys = draw_unique(params.type_key, rng, params.num_needle_k, taken, param="suite.params num_needle_k")
+    values = [draw_unique(params.type_value, rng, params.num_needle_v, taken, param="suite.params num_needle_v")
               for _ in keys]
     needles = [(k, v) for k, vs in zip(keys, values, strict=True) for v in vs]
     order = rng.permutation(len(needles))
@@ -304,7 +229,7 @@ def generate(
 
     # The first queried needle sits at depth DEPTHS[index % 40]: depth is stratified over instances.
     first = next(i for i, (k, _) in enumerate(needles) if k == query_keys[0])
-    depth = DEPTHS[index % len(DEPTHS)]
+    depth = depth_for(index, DEPTHS)
     others = [d for d in DEPTHS if d != depth]
     depths = [float(d) for d in rng.choice(others, size=len(needles) - 1, replace=False)]
     depths.insert(first, float(depth))
@@ -315,7 +240,8 @@ def generate(
     frame: Frame = ctx.frame(user, prefix)
     budget = context_budget(frame, target_length, max_new_tokens)
     needle_tokens = sum(len(p) for _, p in placed)
-    # Essays: a needle after an empty sentence run or after the last sentence keeps a join space (_insert_sentences).
+    # Essays: a needle after an empty sentence run or after the last sentence keeps a join space
+    # (insert_between_sentences).
     need = needle_tokens + (len(placed) + 1 if params.haystack == "essay" else 0)
     if need > budget:
         raise_too_short(target_length, need, budget)
@@ -326,11 +252,11 @@ def generate(
             ctx.encoder, _needle_haystack(ctx, params, b - needle_tokens, placed, rng, taken, pool))
     elif params.haystack == "noise":
         stream = _noise_stream(ctx)
-        build = lambda b: end_line(ctx.encoder, _insert_lines(stream, b - needle_tokens, placed))  # noqa: E731
+        build = lambda b: end_line(ctx.encoder, insert_between_lines(stream, b - needle_tokens, placed))  # noqa: E731
     else:
-        essays, follower = _essays(ctx), frame.tail or "x"
+        essays, follower = ctx.essay_haystack(), frame.tail or "x"
         build = lambda b: _open(  # noqa: E731
-            ctx.encoder, frame, _insert_sentences(essays, b - needle_tokens, placed, follower))
+            ctx.encoder, frame, insert_between_sentences(essays, b - needle_tokens, placed, follower))
     context = fit_context(ctx.encoder, frame, budget, build, opened=params.haystack == "essay")
     return draft(
         frame, context, references,

@@ -29,7 +29,7 @@ noise lines whose filled template, answer prefix included, is at most 500 tokens
 ICL_NAME_LENGTH = 3
 """RULER's in-context example names its variables with 3 letters: 26**3 = 17,576 names."""
 DRAWS_PER_NAME = 32
-"""Draws allowed per distinct name before `_chains` gives up: drawing all 17,576 three-letter names takes about
+"""Draws allowed per distinct name before `draw_chains` gives up: drawing all 17,576 three-letter names takes about
 10.4 draws each (the coupon collector's N ln N), so only a limit this check missed can reach it."""
 
 
@@ -60,8 +60,10 @@ NOISE_LINE = NOISE + "\n"
 """One noise paragraph per line, as RULER's "\n".join of the noise haystack."""
 
 
-def _chains(params: VtParams, rng: np.random.Generator, name_length: int) -> tuple[list[list[str]], list[list[str]]]:
-    """Variable names per chain, and each chain's statements in order (each a line)."""
+def draw_chains(params: VtParams, rng: np.random.Generator,
+                name_length: int) -> tuple[list[list[str]], list[list[str]]]:
+    """Variable names per chain, and each chain's statements in order (each a line); gives up, naming the
+    parameters, rather than draw distinct names forever."""
     names: list[str] = []
     seen: set[str] = set()  # membership in a set, not the list: the same draws, without a quadratic scan
     need = params.num_chains * (params.num_hops + 1)
@@ -137,7 +139,7 @@ def _icl_example(ctx: GenContext, params: VtParams, rng: np.random.Generator) ->
 
     RULER appends the answer after the prefix's trailing space (so two spaces after "they are:") and a newline.
     """
-    chains_vars, chains_lines = _chains(params, rng, 3)
+    chains_vars, chains_lines = draw_chains(params, rng, 3)
     seed = int(rng.integers(2**63))
     need = max(len(lines) for lines in chains_lines)
     lo, hi = need, need  # lo fits (or is the least that can hold the chain); hi grows until it does not fit
@@ -157,7 +159,7 @@ def generate(
 ) -> Draft:
     # RULER: example + "\n" + task, the example ending in its own newline (a blank line between them).
     example = _icl_example(ctx, params, rng) + "\n" if params.icl_example else ""
-    chains_vars, chains_lines = _chains(params, rng, params.name_length)
+    chains_vars, chains_lines = draw_chains(params, rng, params.name_length)
     value = chains_lines[0][0].split("=")[-1].strip()
     user, prefix = fill("variable_tracking", query=value, num_v=params.num_hops + 1)
     frame = ctx.frame(example + user, prefix)

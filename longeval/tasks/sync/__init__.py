@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from longeval.aggregate import ladder
-from longeval.report.table import render_ladder
 from longeval.scoring.judgement import Judgement
+from longeval.stats.aggregate import ladder
 from longeval.tasks.base import Draft, TaskSpec
-from longeval.tasks.family import Family, Panel, SummaryTable
+from longeval.tasks.family import Family, Panel, ReportSection, SummaryTable
 from longeval.tasks.sync.graph import (
     GraphParams,
     generate_connected_nodes,
@@ -47,6 +46,7 @@ __all__ = [
     "CONTEXT_GROUPS",
     "COT_MAX_NEW_TOKENS",
     "DIRECT_MAX_NEW_TOKENS",
+    "FAMILY",
     "ERROR_TYPES",
     "GraphParams",
     "Judgement",
@@ -127,6 +127,16 @@ FAMILY = Family(
           "coverage), so the fall from rung to rung at one length is the task's doing (SYNC §3.3). The error "
           "types are the paper's Table 5.",
     tables=(SummaryTable("sync_ladder", "SYNC: retrieval, tracking and global on one context",
-                         lambda tasks, rows: ladder(tasks, LADDER), render_ladder),),
+                         lambda tasks, rows: ladder(tasks, LADDER), "ladder"),),
     panels=(Panel(table="sync_ladder"), Panel(table="errors")),  # the ladder and the error types (its Table 5)
+    report=(ReportSection("ladder", "SYNC task ladder", "sync_ladder",
+                          caption="Line style is the rung (solid retrieval, dashed tracking, dotted global), colour "
+                                  "the run.",
+                          alt="SYNC: retrieval, tracking and global scores per domain against length",
+                          rows_caption="same context, harder questions (SYNC §3.3)"),
+            ReportSection("errors", "SYNC error types", "errors",
+                          caption="Stacked shares of each kind of failure (SYNC Table 5: no answer, invalid path, "
+                                  "suboptimal path).",
+                          alt="SYNC: share of instances per kind of failure, per run, task and length",
+                          rows_caption="SYNC error types (Table 5)")),
 )

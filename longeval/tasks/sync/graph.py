@@ -51,7 +51,9 @@ if TYPE_CHECKING:
 
 GRAPH_TASKS = ("connected_nodes", "shortest_path", "longest_path")
 _STREAM_TAG = 0x53594E4347  # "SYNCG": keeps the graph stream apart from other uses of dataset_seed
-_MAX_REJECTIONS = 20_000
+MAX_REJECTIONS = 20_000
+"""Draws allowed for one graph (a new non-isomorphic one, or one with edges) before a `ConfigError` says what to
+change: a sample count or edge density no graph can satisfy fails, rather than draws forever."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ class DagStream:
     def _next(self) -> Dag:
         import networkx as nx
 
-        for _ in range(_MAX_REJECTIONS):
+        for _ in range(MAX_REJECTIONS):
             dag = random_dag(self.num_nodes, self.edge_density, self.rng)
             if not dag.edges:
                 continue
@@ -179,7 +181,7 @@ def instance_dag(ctx: GenContext, params: GraphParams, index: int, context_rng: 
     """The graph of instance `index`: from the shared unique stream, or from `context_rng`."""
     n = int(params.num_nodes[index % len(params.num_nodes)])
     if params.dataset_seed is None:
-        for _ in range(_MAX_REJECTIONS):
+        for _ in range(MAX_REJECTIONS):
             dag = random_dag(n, params.edge_density, context_rng)
             if dag.edges:
                 return dag

@@ -20,7 +20,8 @@ _MARKUP = "*_`#>|~ \t\r"  # quotes stay: a quoted translation is found by its qu
 _GENERIC = re.compile(r"(?i)(?:final\s+)?answer[^:\n]{0,40}[:：]")
 # Possessive `\s*+`: "node" + a long run of spaces backtracked quadratically (64K spaces: 21 s); "#" and the
 # digits are not spaces, so no match is lost.
-_NODE = re.compile(r"(?i)\bnode\s*+#?+\s*+([0-9]{1,6})(?![0-9])")
+NODE = re.compile(r"(?i)\bnode\s*+#?+\s*+([0-9]{1,6})(?![0-9])")
+"""A node an answer names ("Node 7", "node #7"), its number the group."""
 _INTEGER = re.compile(r"(?<![0-9])([0-9]{1,6})(?![0-9])")
 _NO_PATH = re.compile(
     r"(?i)\b(?:no\s+(?:such\s+|valid\s+|directed\s+|possible\s+|existing\s+)?paths?|not\s+reachable|unreachable"
@@ -77,7 +78,7 @@ def _last_line(text: str) -> str:
 
 def parse_nodes(answer: str) -> list[int]:
     """Node ids in order: the numbers after "Node", or bare numbers when "Node" is never written."""
-    named = _NODE.findall(answer)
+    named = NODE.findall(answer)
     return [int(n) for n in (named or _INTEGER.findall(answer))]
 
 

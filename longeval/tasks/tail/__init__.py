@@ -17,10 +17,9 @@ The builder that calls the generator model lives in `longeval.builders`; nothing
 
 from __future__ import annotations
 
-from longeval.report.table import render_heatmap
 from longeval.scoring.judgement import Judge
 from longeval.tasks.base import TaskSpec
-from longeval.tasks.family import Family, Panel, SummaryTable
+from longeval.tasks.family import Family, Panel, ReportSection, SummaryTable
 from longeval.tasks.tail.choice import parse_choice
 from longeval.tasks.tail.dataset import (
     DATASET_KEY,
@@ -106,6 +105,7 @@ __all__ = [
     "DIRECT_MAX_NEW_TOKENS",
     "JUDGE_MAX_NEW_TOKENS",
     "ERROR_TYPES",
+    "FAMILY",
     "FORMAT_VERSION",
     "LETTERS",
     "MAX_ATTEMPTS",
@@ -191,11 +191,17 @@ FAMILY = Family(
           "its Table 2: Avg, wAvg(inc), wAvg(dec) and the longest/shortest ratio. TAIL weighs lengths by their "
           "size (wAvg(inc) weights = the lengths), RULER by their rank (1..L), so the leaderboard's TAIL row and "
           "TAIL Table 2 below give different wAvg for the same accuracies; quote Table 2 against the paper.",
-    tables=(SummaryTable("tail_grid", "TAIL: accuracy by depth and length (Figure 5)", grid_table, render_heatmap,
+    tables=(SummaryTable("tail_grid", "TAIL: accuracy by depth and length (Figure 5)", grid_table, "heatmap",
                          log=False, heatmap=grid_cells),  # W&B gets it as a heatmap image (tracking.plot_specs)
             SummaryTable("tail_headline", "TAIL: Table 2", headline_table, render_headline,
                          metrics=headline_metrics)),
     panels=(Panel("Avg / wAvg(inc) / wAvg(dec) as TAIL weighs them (%)",
                   tuple(headline_metric(m) for m in HEADLINE_METRICS[:3])),
             Panel("longest / shortest length ratio", (headline_metric("ratio"),))),
+    report=(ReportSection("heatmap", "TAIL depth × length", "tail_grid",
+                          caption="Accuracy (%) by depth of the evidence (rows) and length (columns); grey: no "
+                                  "instances.",
+                          alt="TAIL: accuracy heatmap by evidence depth and context length, one panel per run",
+                          rows="tail_headline", rows_caption="TAIL Table 2"),),
+    task_curves_caption="Accuracy per length with its 95 % interval (TAIL's per-length line chart).",
 )

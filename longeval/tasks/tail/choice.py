@@ -14,24 +14,28 @@ from collections.abc import Sequence
 
 from longeval.tasks.tail.prompts import LETTERS
 
-_MARKER = re.compile(
+MARKER = re.compile(
     r"\b(?:final\s+answer|correct\s+(?:answer|option|choice)|best\s+(?:answer|option|choice)|answer)\b"
     r"(?:\s+(?:is|would\s+be|should\s+be|will\s+be|must\s+be))?\s*(?:[:=\uff1a]|-(?!-))?[ \t]*",
     re.IGNORECASE,
 )
+"""An answer statement ("the correct answer is", "Answer:"): the clause after the last one names the letter."""
 _CLAUSE = re.compile(r"((?:option|choice|letter)\s+)?([(\[])?([A-Fa-f])([)\]])?", re.IGNORECASE)
 _LEADING_SPACE = re.compile(r"\s*+")
 _WORD = re.compile(r"\S+")
-_ALTERNATIVE = re.compile(r"\s*(?:,|/|&|\bor\b|\band\b)\s*(?:option\s+)?[(\[]?[A-F][)\]]?(?![A-Za-z])")
-_CLOSES = re.compile(r"(?:$|[.,:;!?)\]\-\u2013\u2014]|\s*$|\s+[-\u2013\u2014(:])")
-_A_FOLLOWERS = frozenset({"because", "since", "as", "is", "it", "this", "which", "given", "based", "according",
-                          "from", "per"})
+ALTERNATIVE = re.compile(r"\s*(?:,|/|&|\bor\b|\band\b)\s*(?:option\s+)?[(\[]?[A-F][)\]]?(?![A-Za-z])")
+"""A second letter after the clause's ("B or C", "B/C"): the statement is `AMBIGUOUS`."""
+CLOSES = re.compile(r"(?:$|[.,:;!?)\]\-\u2013\u2014]|\s*$|\s+[-\u2013\u2014(:])")
+"""What may follow a bare letter for it to be one ("C.", "C -", "C" at the end), not a word's first letter."""
+A_FOLLOWERS = frozenset({"because", "since", "as", "is", "it", "this", "which", "given", "based", "according",
+                         "from", "per"})
 """Words after an uppercase "A" that show it is the letter ("A because ...") rather than an article ("A total")."""
 _BOXED = re.compile(r"\\boxed\{\s*(?:\\text\{\s*)?\(?([A-F])\)?\s*\}?")
 _BARE_LINE = re.compile(r"(?:(?:option|choice)\s+)?[(\[]?([A-F])[)\]]?(?:$|[.:,)]|\s+[-\u2013\u2014:(])", re.IGNORECASE)
 _EDGE = " \"'`.,:;!?()[]"
 """Stripped from both ends of a normalised answer (str.strip: a trailing-run regex is quadratic on long runs)."""
-_AMBIGUOUS = "?"
+AMBIGUOUS = "?"
+"""What `last_statement` gives for a statement naming two letters: `parse_choice` maps it to none."""
 
 
 def parse_choice(output: str, options: Sequence[str] = ()) -> str:
@@ -44,8 +48,8 @@ def parse_choice(output: str, options: Sequence[str] = ()) -> str:
     elif "<think>" in text:
         return ""  # the model never finished thinking
     text = text.replace("*", "").replace("`", "")
-    found, clause = _last_statement(text)
-    if found == _AMBIGUOUS:
+    found, clause = last_statement(text)
+    if found == AMBIGUOUS:
         return ""
     if found:
         return found
@@ -60,15 +64,15 @@ def parse_choice(output: str, options: Sequence[str] = ()) -> str:
     return _by_text([clause, last, text], options)
 
 
-def _last_statement(text: str) -> tuple[str, str]:
-    """The letter of the last answer statement that names one ("" if none, `_AMBIGUOUS` if it names two), and the
+def last_statement(text: str) -> tuple[str, str]:
+    """The letter of the last answer statement that names one ("" if none, `AMBIGUOUS` if it names two), and the
     text after the last answer marker (for matching an option's text).
 
     Works on positions in `text` rather than slices of each marker's line: a long line with thousands of markers
     would otherwise be copied once per marker (quadratic time).
     """
     found, line_end, stop, last = "", -1, 0, None
-    for marker in _MARKER.finditer(text):
+    for marker in MARKER.finditer(text):
         start = marker.end()
         if start > line_end:  # a new line: its end, and where its trailing whitespace starts
             line_end = text.find("\n", start)
@@ -85,7 +89,7 @@ def _last_statement(text: str) -> tuple[str, str]:
 
 
 def _letter(text: str, start: int, stop: int) -> str:
-    """The letter the answer clause `text[start:stop]` (stripped) starts with, `_AMBIGUOUS`, or "" when it starts
+    """The letter the answer clause `text[start:stop]` (stripped) starts with, `AMBIGUOUS`, or "" when it starts
     with something else. Patterns run on the span (`pos`, `endpos`), which reads as the slice would."""
     match = _CLAUSE.match(text, start, stop)
     if not match:
@@ -94,9 +98,9 @@ def _letter(text: str, start: int, stop: int) -> str:
     at = match.end()
     if at < stop and text[at].isalnum():
         return ""  # "Answer: Cats ..." starts with a word, not a letter
-    if _ALTERNATIVE.match(text, at, stop):
-        return _AMBIGUOUS
-    if prefix or opened or closed or _CLOSES.match(text, at, stop):
+    if ALTERNATIVE.match(text, at, stop):
+        return AMBIGUOUS
+    if prefix or opened or closed or CLOSES.match(text, at, stop):
         return letter.upper()
     if not letter.isupper():
         return ""  # "the answer is a bit unclear"
@@ -104,21 +108,23 @@ def _letter(text: str, start: int, stop: int) -> str:
         return letter  # "the answer is C because ..."
     follower = _WORD.search(text, at, stop)
     # "Answer: A total of 12" is the option's text, not a letter
-    return "A" if follower is not None and follower.group(0).lower() in _A_FOLLOWERS else ""
+    return "A" if follower is not None and follower.group(0).lower() in A_FOLLOWERS else ""
 
 
-def _normal(text: str) -> str:
+def normal_form(text: str) -> str:
+    """An answer or option text as `parse_choice` compares them: whitespace runs as one space, edge punctuation
+    (`_EDGE`) stripped, case folded."""
     return " ".join(text.split()).strip(_EDGE).casefold()  # after the join, " " is the only whitespace left
 
 
 def _by_text(candidates: Sequence[str], options: Sequence[str]) -> str:
     """The letter of the one option whose text equals a candidate answer (case and edge punctuation aside)."""
     try:
-        wanted = [_normal(str(o)) for o in options]
+        wanted = [normal_form(str(o)) for o in options]
     except TypeError:
         return ""
     for candidate in candidates:
-        key = _normal(candidate)
+        key = normal_form(candidate)
         if not key:
             continue
         hits = [i for i, option in enumerate(wanted[: len(LETTERS)]) if option and option == key]

@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from longeval.errors import DataFileError, StoreError
-from longeval.files import filesystem
 from longeval.records import content_id
+from longeval.store.location import filesystem
 from longeval.tasks.tail import prompts
 from longeval.tasks.tail.documents import SEGMENT_WORDS, Domain
 from longeval.tasks.tail.prompts import LETTERS

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from longeval.errors import DataFileError, StoreError
-from longeval.files import filesystem
+from longeval.store.location import filesystem
 
 SEGMENT_WORDS = 600
 """§3.2: segments of 600 words carry enough information for one question."""

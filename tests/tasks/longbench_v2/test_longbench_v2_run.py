@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from longeval.config import load_config
-from longeval.pipeline import run
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
-from longeval.store import RunRoot
+from longeval.run.pipeline import run
+from longeval.store.run_root import RunRoot
 from tests.tasks.longbench_v2.lb2_helpers import make_item, write_json
 
 pytestmark = pytest.mark.engine

@@ -147,9 +147,9 @@ _PIECES = ("Answer", "answer", "CHOICE", "option", "is", "IS", "would be", ":", 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.sampled_from(_PIECES), max_size=14).map("".join))
 def test_cue_patterns_match_as_before(text: str) -> None:
-    assert [m.span() + m.groups() for m in idk._CUE.finditer(text)] == \
+    assert [m.span() + m.groups() for m in idk.ANSWER_CUE.finditer(text)] == \
         [m.span() + m.groups() for m in _OLD_CUE.finditer(text)]
-    new, old = idk._START.match(text), _OLD_START.match(text)
+    new, old = idk.ANSWER_AT_START.match(text), _OLD_START.match(text)
     assert (new and new.span() + new.groups()) == (old and old.span() + old.groups())
 
 

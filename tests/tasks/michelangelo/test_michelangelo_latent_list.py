@@ -94,7 +94,7 @@ def test_every_filler_block_leaves_any_list_unchanged() -> None:
 
 
 def test_filler_strategies_are_drawn_uniformly(ctx: GenContext) -> None:
-    filler = ll._filler(ctx)
+    filler = ll.filler_pool(ctx)
     picks = filler.draw(rng(1))(30_000)
     strategy = np.searchsorted(filler.offsets, picks, side="right") - 1
     shares = np.bincount(strategy, minlength=3) / len(picks)
@@ -194,14 +194,14 @@ def test_scorer_gives_full_marks_to_every_reference(instances: list[Draft]) -> N
 
 
 _OLD_INT_LIST = re.compile(r"\[\s*(?:[-+]?\d{1,12}\s*(?:,\s*[-+]?\d{1,12}\s*)*,?\s*)?\]")
-"""`_INT_LIST` before it was made possessive (quadratic on "[1" + spaces): the new one must match the same."""
+"""`INT_LIST` before it was made possessive (quadratic on "[1" + spaces): the new one must match the same."""
 
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.sampled_from(["[", "]", "[]", " ", "  ", "\n", ",", ", ", "-", "+", "1", "42", "1234567890123",
                                  "x", "a.", "."]), max_size=16).map("".join))
 def test_int_list_pattern_matches_as_before(text: str) -> None:
-    assert [m.span() for m in ll._INT_LIST.finditer(text)] == \
+    assert [m.span() for m in ll.INT_LIST.finditer(text)] == \
         [m.span() for m in _OLD_INT_LIST.finditer(text)]
 
 

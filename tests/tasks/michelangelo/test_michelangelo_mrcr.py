@@ -252,7 +252,7 @@ def test_chat_layout_is_the_models_chat_template_over_the_messages(ctx: GenConte
         assert meta["question"] == (f"Prepend {meta['random_string']} to the {prompts.ordinal(meta['ordinal'])} "
                                     f"(1 indexed) {meta['format']} about {meta['topic']}. "
                                     "Do not include any other text in your response.")
-        preamble = mrcr._chat_examples(procedural_pool(), 10)
+        preamble = mrcr.chat_examples(procedural_pool(), 10)
         messages = _messages(d, preamble)
         assert len(messages) > 20
         expected = encoder.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

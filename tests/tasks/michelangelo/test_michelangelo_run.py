@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from longeval.config import load_config
-from longeval.pipeline import run
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
-from longeval.store import RunRoot
+from longeval.run.pipeline import run
+from longeval.store.run_root import RunRoot
 
 pytestmark = pytest.mark.engine
 

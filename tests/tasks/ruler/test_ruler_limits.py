@@ -12,7 +12,7 @@ import pytest
 from longeval.config import load_config
 from longeval.errors import ConfigError
 from longeval.tasks.ruler import niah
-from longeval.tasks.ruler.variable_tracking import _chains
+from longeval.tasks.ruler.variable_tracking import draw_chains
 
 
 @pytest.mark.parametrize(("override", "expected"), [
@@ -33,14 +33,14 @@ def test_vt_name_drawing_gives_up_instead_of_drawing_forever():
     """31 distinct one-letter names cannot be drawn (params built without their dataclass check)."""
     params = SimpleNamespace(num_chains=1, num_hops=30)
     with pytest.raises(ConfigError, match="gave up drawing 31 distinct 1-letter variable names"):
-        _chains(params, np.random.default_rng(0), 1)
+        draw_chains(params, np.random.default_rng(0), 1)
 
 
 def test_needle_drawing_gives_up_naming_the_parameter(monkeypatch):
-    """Mock: `_draw_many` always returns the same key, as a kind whose every key is taken would."""
-    monkeypatch.setattr(niah, "_draw_many", lambda kind, rng, n: ["same"] * n)
+    """Mock: `draw_many` always returns the same key, as a kind whose every key is taken would."""
+    monkeypatch.setattr(niah, "draw_many", lambda kind, rng, n: ["same"] * n)
     with pytest.raises(ConfigError, match="gave up drawing 2 distinct words .*suite.params num_needle_k"):
-        niah._draw_unique("words", np.random.default_rng(0), 2, set(), param="suite.params num_needle_k")
+        niah.draw_unique("words", np.random.default_rng(0), 2, set(), param="suite.params num_needle_k")
 
 
 def test_plan_answers_at_once_for_an_absurd_sample_count(capsys, tmp_path):
@@ -56,7 +56,7 @@ def test_plan_answers_at_once_for_an_absurd_sample_count(capsys, tmp_path):
 
 
 def test_fwe_parameters_past_their_limit_fail_at_config_time_and_the_vocabulary_is_bounded():
-    from longeval.tasks.ruler.aggregation import FweParams, _coded_vocab
+    from longeval.tasks.ruler.aggregation import FweParams, coded_vocab
 
     with pytest.raises(ConfigError, match="suite.params: ruler/fwe parameter coded_wordlen=1, vocab_per_tokens=50: "
                                           "coded_wordlen must be at least 2"):
@@ -65,7 +65,7 @@ def test_fwe_parameters_past_their_limit_fail_at_config_time_and_the_vocabulary_
         load_config(["suite.tasks=[fwe]", "+suite.params.fwe.alpha=1.0"])
     with pytest.raises(ConfigError, match="coded_wordlen=2 gives 676 distinct words, too few for a vocabulary of "
                                           "20,000"):
-        _coded_vocab(FweParams(coded_wordlen=2), 20_000, np.random.default_rng(0))  # 1M tokens // 50
+        coded_vocab(FweParams(coded_wordlen=2), 20_000, np.random.default_rng(0))  # 1M tokens // 50
 
 
 def test_sync_word_drawing_refuses_more_words_than_half_the_space():

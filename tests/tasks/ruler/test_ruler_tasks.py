@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from longeval.errors import DataFileError, LengthError
-from longeval.plan import ShardSpec
+from longeval.planning.plan import ShardSpec
 from longeval.records import Instance
 from longeval.scoring import string_match_all, string_match_part
 from longeval.stages.generate import generate_shard

@@ -92,7 +92,7 @@ def test_isomorphic_duplicates_are_rejected(monkeypatch: pytest.MonkeyPatch) -> 
         return Dag(num_nodes, tuple(sorted((int(p[u]), int(p[v])) for u, v in base.edges)))
 
     monkeypatch.setattr(graph, "random_dag", relabelled)
-    monkeypatch.setattr(graph, "_MAX_REJECTIONS", 30)
+    monkeypatch.setattr(graph, "MAX_REJECTIONS", 30)
     stream = graph.DagStream(8, 0.4, np.random.default_rng(0))
     assert stream[0].invariant() == base.invariant()
     with pytest.raises(ConfigError, match="non-isomorphic"):

@@ -8,9 +8,9 @@ from collections import defaultdict
 import pytest
 
 from longeval.config import load_config
-from longeval.pipeline import run
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
-from longeval.store import RunRoot
+from longeval.run.pipeline import run
+from longeval.store.run_root import RunRoot
 from longeval.tasks.sync import ERROR_TYPES
 
 pytestmark = pytest.mark.engine

@@ -185,14 +185,14 @@ def test_huge_output() -> None:
 
 
 _OLD_NODE = re.compile(r"(?i)\bnode\s*#?\s*([0-9]{1,6})(?![0-9])")
-"""`_NODE` before it was made possessive (quadratic on "node" + spaces): the new one must match the same."""
+"""`NODE` before it was made possessive (quadratic on "node" + spaces): the new one must match the same."""
 
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.sampled_from(["Node", "node", "NODE", "nodes", "#", "##", " ", "  ", "\n", "\t", "1", "42",
                                  "1234567", ",", "x", "-", "→"]), max_size=14).map("".join))
 def test_node_pattern_matches_as_before(text: str) -> None:
-    assert [m.span() + m.groups() for m in parsing._NODE.finditer(text)] == \
+    assert [m.span() + m.groups() for m in parsing.NODE.finditer(text)] == \
         [m.span() + m.groups() for m in _OLD_NODE.finditer(text)]
 
 

@@ -150,7 +150,7 @@ _OLD_EDGE = re.compile(r"^[\s\"'`.,:;!?()\[\]]+|[\s\"'`.,:;!?()\[\]]+$")
 @given(st.lists(st.sampled_from([" ", "\n", "\u00a0", "\u2003", ".", ",", "(", ")", "[", "]", "'", '"', "`", "?",
                                  "Leeds", "a", "B", "-", "*"]), max_size=14).map("".join))
 def test_normal_strips_edges_as_the_old_pattern(text: str) -> None:
-    assert choice._normal(text) == _OLD_EDGE.sub("", " ".join(text.split())).casefold()
+    assert choice.normal_form(text) == _OLD_EDGE.sub("", " ".join(text.split())).casefold()
 
 
 def test_option_text_behind_a_long_run_of_punctuation() -> None:
@@ -168,20 +168,20 @@ def _old_letter(clause: str) -> str:
     prefix, opened, letter, closed, rest = match.groups()
     if rest[:1].isalnum():
         return ""
-    if choice._ALTERNATIVE.match(rest):
-        return choice._AMBIGUOUS
-    if prefix or opened or closed or choice._CLOSES.match(rest):
+    if choice.ALTERNATIVE.match(rest):
+        return choice.AMBIGUOUS
+    if prefix or opened or closed or choice.CLOSES.match(rest):
         return letter.upper()
     if not letter.isupper():
         return ""
     if letter != "A":
         return letter
-    return "A" if rest.split(maxsplit=1)[0].lower() in choice._A_FOLLOWERS else ""
+    return "A" if rest.split(maxsplit=1)[0].lower() in choice.A_FOLLOWERS else ""
 
 
 def _old_last_statement(text: str) -> tuple[str, str]:
     found, clause = "", ""
-    for marker in choice._MARKER.finditer(text):
+    for marker in choice.MARKER.finditer(text):
         end = text.find("\n", marker.end())
         tail = text[marker.end() : end if end >= 0 else len(text)]
         clause = tail
@@ -199,7 +199,7 @@ _STATEMENT_PIECES = ["Answer", "answer is", "The correct answer is", "final answ
 @settings(max_examples=1000, deadline=None)
 @given(st.lists(st.sampled_from(_STATEMENT_PIECES), max_size=16).map("".join))
 def test_last_statement_reads_as_before(text: str) -> None:
-    assert choice._last_statement(text) == _old_last_statement(text)
+    assert choice.last_statement(text) == _old_last_statement(text)
 
 
 def test_many_markers_on_one_line_take_linear_time() -> None:

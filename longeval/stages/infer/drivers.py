@@ -1,0 +1,244 @@
+"""Driving a pool's replicas: each set running on its work, waited on, and started again when it dies, by one of
+the two dispatch modes (`cluster.dispatch`): a fixed list each (`StaticDriver`), or one `WorkQueue` actor every
+replica takes from (`QueueDriver`).
+
+A replica whose engine dies (vLLM's EngineDeadError, the actor killed, its node lost) is started again on the
+prompts it had not finished, up to `cluster.engine_restarts` times; then those prompts are recorded as engine
+errors, counted, and retried by the next run.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import logging
+from typing import Any
+
+from longeval.cluster import interrupt
+from longeval.config import Config
+from longeval.records import ErrorKind, Prediction, prediction_table
+from longeval.stages.infer.dispatch import Work, WorkQueue, group_by_context, reads
+from longeval.stages.infer.failures import cause_of, stop_on_fatal
+from longeval.stages.infer.pending import final_ids
+from longeval.stages.infer.placement import PoolReplicas
+from longeval.store.lease import held_generation
+from longeval.store.row_group_reads import PROMPT_GROUP_BYTES
+
+__all__ = ["PoolDriver", "QueueDriver", "StaticDriver"]
+
+log = logging.getLogger(__package__)  # the stage's one logger: its lines read `longeval.stages.infer`, as before
+
+
+class PoolDriver(abc.ABC):
+    """Runs a pool's prompts on its replicas and restarts the ones that die (what both dispatch modes share)."""
+
+    def __init__(self, cfg: Config, replicas: PoolReplicas) -> None:
+        self.cfg, self.replicas, self.root = cfg, replicas, replicas.engines.root
+        self.runs: dict[Any, int] = {}
+        """Each running `run` call's object ref -> its replica."""
+        self.shards: dict[str, int | None] | None = None
+        """The instance shards that hold the pool's prompts, from the driver's listing (`pool_shards`)."""
+        self.group_bytes = PROMPT_GROUP_BYTES
+        """Each replica's budget of decoded row groups (`store.prompt_group_bytes` of the pool's largest context)."""
+        self.fence = held_generation(self.root)
+        """The root's lease generation this driver holds, for its replicas' writers (`PredictionWriter`)."""
+        self.failures: dict[int, int] = {}
+        self.parts: list[str] = []
+        """The prediction parts the replicas' finished runs committed (as they reported them)."""
+        self.died = False
+        """Whether a run died: its replica's parts are then known only to a listing."""
+        self.done_rows = 0
+        """Rows finished by runs that ended (returned, or died: those their replica committed)."""
+        self.stats: dict[str, dict] = {}
+
+    @abc.abstractmethod
+    def start(self) -> None:
+        """List the pool's work and set its first replicas running."""
+
+    @abc.abstractmethod
+    def _launch_one(self, k: int, actor: Any) -> Any:
+        """Set replica `k` (its actor `actor`) running on its work; the object ref of that `run` call."""
+
+    @abc.abstractmethod
+    def _replica_died(self, k: int, exc: BaseException) -> None:
+        """Make replica `k`'s unfinished work someone's again after its run failed with `exc`."""
+
+    def _launch(self, ks: list[int]) -> None:
+        """Start (or reuse) replicas `ks` and set each running."""
+        for k, actor in self.replicas.start(ks).items():
+            self.runs[self._launch_one(k, actor)] = k
+
+    def running(self) -> bool:
+        return bool(self.runs)
+
+    def wait(self, timeout_s: float) -> None:
+        import ray
+
+        ready, _ = ray.wait(list(self.runs), num_returns=1, timeout=timeout_s)
+        for ref in ready:
+            k = self.runs.pop(ref)
+            try:
+                stats = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                stop_on_fatal(exc)  # a restart would only fill the same disk again, or write a root taken over
+                interrupt.check()  # engines in the terminal's process group die of the same Ctrl-C: no restart
+                self.died = True
+                self.replicas.replace(k)
+                self._replica_died(k, exc)
+                continue
+            self.parts += stats.pop("parts", [])
+            self.stats[self.replicas.name(k)] = stats
+            self.done_rows += stats["rows"]
+            self._run_ended(k)
+
+    def _run_ended(self, k: int) -> None:  # noqa: B027 (a hook: static dispatch has nothing to do)
+        """Replica `k` finished what it was given."""
+
+    def _give_up(self, k: int, exc: BaseException, left: list[Work]) -> bool:
+        """Count replica `k`'s failure; True (and `left` recorded as engine errors) once it failed too often."""
+        self.failures[k] = self.failures.get(k, 0) + 1
+        name = self.replicas.name(k)
+        if self.failures[k] <= self.cfg.cluster.engine_restarts:
+            log.warning("%s died (%s); starting it again, %d of its prompts unfinished", name, cause_of(exc), len(left))
+            return False
+        log.error("%s failed %d times; its %d unfinished prompts are recorded as engine errors (a rerun retries "
+                  "them): %s", name, self.failures[k], len(left), cause_of(exc))
+        error = ErrorKind.ENGINE_ERROR.format(f"{name} failed {self.failures[k]} times: {cause_of(exc)}")
+        self._record_failed(left, error)
+        return True
+
+    def _record_failed(self, left: list[Work], error: str) -> None:
+        rows = [Prediction(instance_id=w.instance_id, model_id=self.cfg.model.name, output="", output_tokens=0,
+                           finish_reason="error", cached_prompt_tokens=0, latency_s=0.0, error=error[:2000]).to_row()
+                for w in left]
+        self.root.write_part("predictions", prediction_table(rows))
+        self.done_rows += len(left)
+
+    def progress(self) -> int:
+        """Rows finished so far by the pool in this call."""
+        import ray
+
+        live = {k: self.replicas.actors[k] for k in self.runs.values() if k in self.replicas.actors}
+        refs = {actor.progress.remote(): k for k, actor in live.items()}
+        counts = dict.fromkeys(live, 0)
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=5.0) if refs else ([], [])
+        for ref in ready:
+            try:
+                counts[refs[ref]] = ray.get(ref)
+            except ray.exceptions.RayError:
+                continue  # dead: `wait` restarts it
+        return self.done_rows + sum(counts.values())
+
+    def rebalance(self) -> None:  # noqa: B027 (a hook: static dispatch moves nothing)
+        """Pass on what the dispatch asks replicas to give back."""
+
+    def close(self) -> None:  # noqa: B027 (a hook: static dispatch holds nothing else)
+        """Free what the driver holds besides the replicas."""
+
+
+class StaticDriver(PoolDriver):
+    """Static dispatch: each replica runs a fixed list; a restarted one runs what is left of its own list."""
+
+    def __init__(self, cfg: Config, replicas: PoolReplicas, work: list[list[Work]]) -> None:
+        super().__init__(cfg, replicas)
+        self.work = {k: w for k, w in enumerate(work) if w}
+
+    def start(self) -> None:
+        self._launch(list(self.work))
+
+    def _launch_one(self, k: int, actor: Any) -> Any:
+        return actor.run.remote(reads(self.work[k]), self.cfg.cluster.inflight,
+                                self.cfg.cluster.commit_interval_s, self.shards, self.fence, self.group_bytes)
+
+    def _replica_died(self, k: int, exc: BaseException) -> None:
+        done = final_ids(self.root)
+        left = [w for w in self.work[k] if w.instance_id not in done]
+        self.done_rows += len(self.work[k]) - len(left)
+        self.work[k] = left
+        if left and not self._give_up(k, exc, left):
+            self._launch([k])
+
+
+class QueueDriver(PoolDriver):
+    """Dynamic dispatch: every replica takes from one `WorkQueue` actor. A dead replica's unfinished prompts go
+    back to the queue at once, for the others to take while it starts again; a replica that ran out of work is
+    set running again when work comes back."""
+
+    def __init__(self, cfg: Config, replicas: PoolReplicas, rows: list[Work]) -> None:
+        import ray
+
+        super().__init__(cfg, replicas)
+        self.ks = list(range(min(replicas.pool.replicas, len(group_by_context(rows)))))
+        self.queue = ray.remote(WorkQueue).options(num_cpus=0).remote(rows, len(self.ks))
+        self.idle: set[int] = set()
+        """Live replicas whose run ended because the queue was empty."""
+
+    def start(self) -> None:
+        self._launch(self.ks)
+
+    def _launch_one(self, k: int, actor: Any) -> Any:
+        self.idle.discard(k)
+        return actor.run_queue.remote(self.queue, k, self.cfg.cluster.inflight, self.cfg.cluster.commit_interval_s,
+                                      self.shards, self.fence, self.group_bytes)
+
+    def _run_ended(self, k: int) -> None:  # noqa: B027 (a hook: static dispatch has nothing to do)
+        import ray
+
+        ray.get(self.queue.ran_out.remote(k))
+        self.idle.add(k)
+        self._wake_idle()  # a dead replica's work may have come back since this one last asked
+
+    def _replica_died(self, k: int, exc: BaseException) -> None:
+        import ray
+
+        self.idle.discard(k)
+        done = final_ids(self.root)
+        # Its unfinished prompts go back to the queue unless this failure is one too many: then they may be
+        # what kills engines, and are recorded instead of passed on.
+        requeue = self.failures.get(k, 0) < self.cfg.cluster.engine_restarts
+        left, finished = ray.get(self.queue.give_back.remote(k, done, requeue))
+        self.done_rows += finished
+        if self._give_up(k, exc, left):
+            ray.get(self.queue.retire.remote(k))
+            if not [j for j in self.ks if self.failures.get(j, 0) <= self.cfg.cluster.engine_restarts]:
+                rest = ray.get(self.queue.drain.remote())  # no replica left to run them
+                if rest:
+                    self._record_failed(rest, ErrorKind.ENGINE_ERROR.format(
+                        f"every replica of {self.replicas.pool.name} failed more than "
+                        f"{self.cfg.cluster.engine_restarts} times"))
+            self._wake_idle()
+            return
+        self._launch([k])
+        self._wake_idle()
+
+    def rebalance(self) -> None:
+        import ray
+
+        running = {k: self.replicas.actors[k] for k in self.runs.values() if k in self.replicas.actors}
+        refs = {actor.answers.remote(): k for k, actor in running.items()}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=2.0) if refs else ([], [])
+        answers = {}
+        for ref in ready:
+            with contextlib.suppress(ray.exceptions.RayError):  # dead: `wait` restarts it
+                answers[refs[ref]] = ray.get(ref)
+        self.queue.report.remote(answers)  # and the queue may ask a slower replica for work (`WorkQueue.report`)
+        for k, ids in ray.get(self.queue.reclaims.remote()).items():
+            if k in self.replicas.actors:
+                self.replicas.actors[k].release.remote(ids)  # repeated each second until done: idempotent
+        self._wake_idle()  # a replica whose run ended may take what another gave back
+
+    def _wake_idle(self) -> None:
+        """Set replicas that ran out of work running again when the queue has work (a dead one's)."""
+        import ray
+
+        if self.idle and ray.get(self.queue.remaining.remote()):
+            self._launch(sorted(self.idle))
+
+    def close(self) -> None:
+        import ray
+
+        with contextlib.suppress(ray.exceptions.RayError):  # a record for reading a straggler, not a result
+            self.root.write_json(f"dispatch/{self.replicas.pool.name}.json", {
+                "pool": self.replicas.pool.name, "replicas": {k: self.replicas.name(k) for k in self.ks},
+                "events": ray.get(self.queue.events.remote(), timeout=30)})
+        ray.kill(self.queue, no_restart=True)

@@ -1,0 +1,211 @@
+"""Placing a pool's replicas: a placement group each (one bundle per tensor-parallel rank on GPUs, so Ray places
+and sees every rank), the pools kept live across calls (`Engines`), and room made for a pool that needs it."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import OrderedDict
+from dataclasses import replace
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from longeval.config import Config
+from longeval.errors import LongevalError
+from longeval.planning.plan import Pool, suite_seq_tokens
+from longeval.planning.plan import size_pool as plan_size_pool
+from longeval.stages.infer.failures import cause_of, stop_on_fatal
+from longeval.stages.infer.replica import Replica
+from longeval.store.run_root import RunRoot
+
+__all__ = ["RESERVE_CPUS", "Engines", "PoolReplicas", "actor_options", "bundles", "has_room", "size_pool"]
+
+log = logging.getLogger(__package__)  # the stage's one logger: its lines read `longeval.stages.infer`, as before
+
+
+def size_pool(cfg: Config, pool: Pool, instances: pa.Table) -> Pool:
+    """The pool with its engine settings sized for this pool's prompts (all of them, not only those left, so a
+    resumed run gets the same engines as an uninterrupted one)."""
+    seq_tokens = pc.add(instances["input_tokens"], instances["max_new_tokens"]).to_pylist()
+    return plan_size_pool(cfg, pool, seq_tokens)
+
+
+def bundles(pool: Pool) -> tuple[list[dict[str, float]], str]:
+    """The placement group of one replica: one bundle per tensor-parallel rank on GPUs (vLLM's Ray executor puts a
+    rank in each), one CPU bundle for an engine on CPU (its ranks are local processes)."""
+    gpus = pool.gpus_per_replica
+    if gpus and pool.tensor_parallel_size > 1:
+        return [{"CPU": 1.0, "GPU": 1.0} for _ in range(pool.tensor_parallel_size)], "PACK"
+    bundle = {"CPU": 1.0}
+    if gpus:
+        bundle["GPU"] = float(gpus)
+    return [bundle], "PACK"
+
+
+def actor_options(pool: Pool, group: Any) -> dict[str, Any]:
+    """Ray options for a replica actor inside its placement group; child tasks (vLLM's Ray workers) join it."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    ranks_in_bundles = bool(pool.gpus_per_replica) and pool.tensor_parallel_size > 1
+    return {
+        "num_cpus": 1,
+        "num_gpus": 0 if ranks_in_bundles else (pool.gpus_per_replica or 0),
+        "max_concurrency": 2,
+        "scheduling_strategy": PlacementGroupSchedulingStrategy(
+            group, placement_group_bundle_index=0, placement_group_capture_child_tasks=True),
+    }
+
+
+RESERVE_CPUS = 1.0
+"""CPUs kept free of engines while other pools' engines wait: the generate and score stages run between
+inference rounds and would wait forever for a CPU."""
+
+
+def has_room(total: dict[str, float], held: list[dict[str, float]], need: dict[str, float]) -> bool:
+    """Whether `need` fits in the cluster's `total` resources beside what live pools hold, with `RESERVE_CPUS`
+    left over."""
+    left = dict(total)
+    left["CPU"] = left.get("CPU", 0.0) - RESERVE_CPUS
+    for resources in held:
+        for key, value in resources.items():
+            left[key] = left.get(key, 0.0) - value
+    return all(left.get(key, 0.0) >= value for key, value in need.items())
+
+
+class Engines:
+    """The infer stage's live engine replicas, per pool, kept until `close`.
+
+    An adaptive run keeps one `Engines` for all its rounds, so a round reuses warm engines instead of paying
+    the engine start (minutes for a large model on GPUs) again; a plain run keeps them for one `infer` call
+    (its follow-up calls). A pool is reused while its sized settings stay the same, so an adaptive run sizes
+    pools from the suite's plan (`planned=True`), which does not grow round by round. A pool whose placement
+    needs room another live pool holds stops that one first (least recently used), and `RESERVE_CPUS` stay free.
+    """
+
+    def __init__(self, cfg: Config, root: RunRoot, model_path: str, *, planned: bool = False) -> None:
+        self.cfg, self.root, self.model_path, self.planned = cfg, root, model_path, planned
+        self.live: OrderedDict[str, PoolReplicas] = OrderedDict()
+        self.started = 0
+        """Engines started in this object's life (restarts included)."""
+
+    def size(self, pool: Pool, instances: pa.Table) -> Pool:
+        """The pool sized for its sequences: the suite's planned ones (`planned`) or the instances on disk."""
+        if self.planned:
+            return plan_size_pool(self.cfg, pool, suite_seq_tokens(self.cfg, pool))
+        return size_pool(self.cfg, pool, instances)
+
+    def replicas(self, pool: Pool) -> PoolReplicas:
+        """The live replicas of `pool`, or a new set when it has none or its settings changed."""
+        live = self.live.pop(pool.name, None)
+        if live is not None and live.pool == pool:
+            self.live[pool.name] = live  # most recently used last
+            return live
+        if live is not None:
+            live.close()
+        self._make_room(pool)
+        replicas = PoolReplicas(self, pool)
+        self.live[pool.name] = replicas
+        return replicas
+
+    def _make_room(self, pool: Pool) -> None:
+        import ray
+
+        total = ray.cluster_resources()
+        while self.live and not has_room(total, [r.resources() for r in self.live.values()], PoolReplicas.needs(pool)):
+            name, oldest = self.live.popitem(last=False)
+            log.info("stopping %s's engines to make room for %s", name, pool.name)
+            oldest.close()
+
+    def close(self) -> None:
+        while self.live:
+            _, replicas = self.live.popitem(last=False)
+            replicas.close()
+
+
+class PoolReplicas:
+    """A pool's replica actors, each in a placement group of its own, started on demand and kept until closed."""
+
+    def __init__(self, engines: Engines, pool: Pool) -> None:
+        self.engines, self.pool = engines, pool
+        cfg = engines.cfg
+        self.model = replace(cfg.model, **pool.engine_overrides(cfg.model))
+        self.groups: dict[int, Any] = {}
+        self.actors: dict[int, Any] = {}
+        self.restarts: dict[int, int] = {}
+
+    @staticmethod
+    def needs(pool: Pool) -> dict[str, float]:
+        """What all of a pool's replicas hold in Ray resources."""
+        spec, _ = bundles(pool)
+        out: dict[str, float] = {}
+        for bundle in spec:
+            for key, value in bundle.items():
+                out[key] = out.get(key, 0.0) + value * pool.replicas
+        return out
+
+    def resources(self) -> dict[str, float]:
+        return self.needs(self.pool) if self.groups else {}
+
+    def name(self, k: int) -> str:
+        return f"{self.pool.name}/r{k}"
+
+    def start(self, ks: list[int]) -> dict[int, Any]:
+        """Replicas `ks`, started (all engines loading at once) where they are not live; returns them ready."""
+        import ray
+        from ray.util import placement_group
+
+        for k in ks:
+            if k not in self.groups:
+                spec, strategy = bundles(self.pool)
+                self.groups[k] = placement_group(spec, strategy=strategy,
+                                                 name=f"longeval-{self.name(k)}-{os.getpid()}")
+        new = [k for k in ks if k not in self.actors]
+        timeout = self.engines.cfg.cluster.placement_timeout_s
+        waiting = [self.groups[k].ready() for k in new]
+        ready, _ = ray.wait(waiting, num_returns=len(waiting), timeout=timeout)
+        if len(ready) < len(waiting):
+            spec, _ = bundles(self.pool)
+            raise LongevalError(
+                f"{self.pool.name}: {len(waiting) - len(ready)} of {len(waiting)} replicas could not be placed "
+                f"within {timeout:.0f} s; each needs {spec}, the cluster has {ray.available_resources()} free. "
+                "Lower cluster.replicas or model.tensor_parallel_size, add nodes, or raise "
+                "cluster.placement_timeout_s while an autoscaler adds them")
+        cfg = self.engines.cfg
+        created = {}
+        for k in new:
+            restarts = self.restarts.get(k, 0)
+            created[k] = ray.remote(Replica).options(**actor_options(self.pool, self.groups[k])).remote(
+                self.model, self.engines.model_path, cfg.model.name, self.pool.max_model_len, self.engines.root.uri,
+                self.name(k) + (f"#{restarts}" if restarts else ""), tuple(cfg.public_keys))
+            self.engines.started += 1
+        for k, actor in created.items():
+            try:
+                ray.get(actor.ready.remote())
+            except ray.exceptions.RayError as exc:
+                for other in created.values():
+                    ray.kill(other, no_restart=True)
+                stop_on_fatal(exc)  # the replica's first write found the disk full: not the engine's fault
+                raise LongevalError(f"the engine of {self.name(k)} failed to start: {cause_of(exc)}") from exc
+        self.actors.update(created)
+        return {k: self.actors[k] for k in ks}
+
+    def replace(self, k: int) -> None:
+        """Stop replica `k` (dead or dying); the next `start` starts it again in the same placement group."""
+        import ray
+
+        actor = self.actors.pop(k, None)
+        if actor is not None:
+            ray.kill(actor, no_restart=True)
+        self.restarts[k] = self.restarts.get(k, 0) + 1
+
+    def close(self) -> None:
+        import ray
+
+        for actor in self.actors.values():
+            ray.kill(actor, no_restart=True)
+        for group in self.groups.values():
+            ray.util.remove_placement_group(group)
+        self.actors.clear()
+        self.groups.clear()

@@ -1,0 +1,54 @@
+"""The generate stage's driver side: preflight builds one small instance per task before any Ray work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from longeval.config import load_config
+from longeval.planning.plan import ShardSpec, make_plan
+from longeval.stages import generate
+from longeval.stages.generate import PREFLIGHT_MAX_LENGTH, preflight
+
+
+@pytest.mark.parametrize(("lengths", "built"), [
+    ("[262144,1048576]", PREFLIGHT_MAX_LENGTH),  # a suite above 128K: built at 128K, never at 1M
+    ("[2048,1048576]", 2048),  # the shortest length when it is shorter
+])
+def test_preflight_never_builds_above_128k_on_the_driver(
+    tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch, lengths: str, built: int
+) -> None:
+    cfg = load_config(["model=tiny_random", "suite.tasks=[vt,niah_single_1]", f"suite.lengths={lengths}",
+                       "suite.samples=2", "suite.allow_too_long=true"])
+    specs: list[ShardSpec] = []
+    real = generate.generate_shard
+
+    def recording(ctx, spec: ShardSpec) -> pa.Table:
+        specs.append(spec)
+        return real(ctx, spec)
+
+    monkeypatch.setattr(generate, "generate_shard", recording)
+    preflight(cfg, make_plan(cfg), str(tiny_model_path))
+    assert sorted((s.task, s.target_length, s.stop - s.start) for s in specs) == [
+        ("ruler/niah_single_1", built, 1), ("ruler/vt", built, 1)]
+
+
+def test_a_generation_actor_hands_back_what_each_shard_freed(tmp_path, monkeypatch, tiny_model_path) -> None:
+    """A shard's rows are Python objects until it is written: an actor that kept what they freed held about 150
+    MiB more after each shard of ten 1M-token prompts (benchmarks/README.md, sizing_figures.py)."""
+    import numpy as np
+
+    from longeval.config import load_config
+    from longeval.planning.plan import make_plan
+    from longeval.stages import generate
+
+    calls: list[int] = []
+    monkeypatch.setattr(generate, "release_freed_memory", lambda: calls.append(1))
+    cfg = load_config(["model=tiny_random", "suite.tasks=[vt]", "suite.lengths=[1024]", "suite.samples=3",
+                       "suite.shard_size=1", f"store.root={tmp_path}", "run_name=r"])
+    rows = [s.to_row() for s in make_plan(cfg).shards]
+    out = generate.ShardGenerator(cfg, str(tiny_model_path), cfg.run_root)(
+        {k: np.array([r[k] for r in rows]) for k in rows[0]})
+    assert out["instances"] == [1, 1, 1] and len(calls) == 3  # once per shard written
