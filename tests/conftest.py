@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ("tests.s3server",)  # the SeaweedFS fixtures (`seaweedfs`, `s3_env`) for every test module
+pytest_plugins = ("tests.s3server", "tests.started")  # SeaweedFS fixtures for every module; what each test starts
 
 REPO = Path(__file__).resolve().parents[1]
 # The scratch lives under /tmp, not in the checkout: the tests' servers and engines make Unix sockets in it

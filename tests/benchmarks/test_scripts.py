@@ -140,3 +140,40 @@ def test_adaptive_replays_the_synthetic_profiles() -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     rows = [line for line in proc.stdout.splitlines() if " synthetic " in line]
     assert len(rows) >= 4 and all("nan" not in row for row in rows), proc.stdout
+
+
+def test_test_time_charges_each_test_to_what_it_starts(tmp_path: Path) -> None:
+    report = tmp_path / "suite.xml"
+    report.write_text("""<testsuites><testsuite name="pytest">
+<testcase classname="tests.run.test_pipeline" name="test_a" time="40.0">
+  <properties><property name="started" value="ray,engine"/></properties></testcase>
+<testcase classname="tests.stages.infer.test_infer" name="test_b" time="90.0">
+  <properties><property name="started" value="ray,cluster,engine"/></properties></testcase>
+<testcase classname="tests.test_heap" name="test_c" time="0.5">
+  <properties><property name="started" value=""/></properties></testcase>
+<testcase classname="tests.store.test_s3" name="test_d" time="3.0">
+  <properties><property name="started" value="s3"/></properties><failure message="x"/></testcase>
+</testsuite></testsuites>""")
+    proc = _script("test_time.py", str(report), "--before", str(report), "--top", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "worker-seconds" in out and "134" in out  # 40 + 90 + 0.5 + 3
+    kinds = out.split("## by kind")[1].split("##")[0]
+    assert "cluster" in kinds and "90 s" in kinds and "engine" in kinds and "40 s" in kinds, kinds
+    real = out.split("## real parts")[1].split("##")[0]
+    assert [line.split()[-1] for line in real.splitlines() if line.startswith("engine")] == ["2"], real
+    assert [line.split()[-1] for line in real.splitlines() if line.startswith("s3")] == ["0"], real  # it failed
+    assert "tests.stages.infer.test_infer::test_b" in out.split("## tests")[1]
+
+
+def test_the_sampler_names_the_real_parts_by_their_processes() -> None:
+    from tests.started import kind_of
+
+    assert kind_of("weed", ["weed", "server", "-s3"]) == "s3"
+    assert kind_of("raylet", ["/x/raylet", "--raylet_socket_name=/tmp/r"]) == "ray"
+    assert kind_of("gcs_server", ["/x/gcs_server"]) == "ray"
+    assert kind_of("ray::Replica", ["ray::Replica"]) == "engine"
+    assert kind_of("python", ["python", "-m", "vllm.entrypoints.openai.api_server"]) == "engine"
+    assert kind_of("slurmstepd", ["slurmstepd: [1.batch]"]) == "slurm"
+    assert kind_of("chromium", ["/usr/lib/chromium/chromium", "--headless"]) == "browser"
+    assert kind_of("ray::IDLE", ["ray::IDLE"]) is None and kind_of("python", ["python", "-m", "pytest"]) is None
