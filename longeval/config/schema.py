@@ -221,7 +221,10 @@ class SuiteConfig:
     `ADAPTIVE_SHARD_SIZE` in an adaptive run, `GROUP_SHARD_SIZE` with `adaptive_target=suite|groups` (small rounds
     stop a cell nearer to where its bounds decide, which matters most at the long, costly lengths:
     benchmarks/README.md)."""
-    effective_threshold: float = 85.6
+    effective_threshold: float | None = None
+    """Points a length's score must exceed to count toward the effective length, for every family of the run.
+    Unset: each family's own (`Family.threshold`: RULER's 85.6, Llama-2-7B at 4K; the other families borrow it
+    and say so in the report)."""
     adaptive: bool = False
     """Run in rounds and stop sampling a (task, length) cell once its anytime-valid interval lies wholly above or
     below `effective_threshold`, or at `samples` (docs/adaptive.md). Off: the full sweep."""

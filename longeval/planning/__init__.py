@@ -18,6 +18,7 @@ _EXPORTS = {
     "Pool": "plan",
     "ShardSpec": "plan",
     "TaskFigures": "sizing",
+    "adaptive_threshold": "plan",
     "call_cost": "cost",
     "check_config": "plan",
     "check_runnable": "capacity",

@@ -32,9 +32,10 @@ from longeval.planning.capacity import (
     plan_bucket,
     size_for_throughput,
 )
+from longeval.stats.aggregate import EFFECTIVE_LENGTH_THRESHOLD
 from longeval.store.location import Location
 from longeval.store.shards import ShardName
-from longeval.tasks import get_task, sampling
+from longeval.tasks import effective_thresholds, get_task, sampling
 
 
 @dataclass(frozen=True)
@@ -165,8 +166,26 @@ def check_config(cfg: Config) -> None:
     the config alone."""
     check_run_name(cfg)
     check_lengths(cfg)
+    if cfg.suite.adaptive:
+        adaptive_threshold(cfg)
     if cfg.model.engine == "vllm":
         check_runnable(cfg.model)
+
+
+def adaptive_threshold(cfg: Config) -> float:
+    """The one threshold (points) an adaptive run decides its cells against: the suite's `effective_threshold`,
+    or the one its families declare. Families declaring different ones need the suite to choose: a decision
+    against one bar says nothing about another."""
+    if cfg.suite.effective_threshold is not None:
+        return float(cfg.suite.effective_threshold)
+    own = effective_thresholds()
+    bars = {get_task(name).family: own[get_task(name).family] for name in cfg.suite.tasks}
+    if len(set(bars.values())) > 1:
+        named = ", ".join(f"{family} {bar:g}" for family, bar in sorted(bars.items()))
+        raise ConfigError(f"an adaptive run decides every cell against one effective-length threshold, and this "
+                          f"suite's families declare several ({named}); set suite.effective_threshold=... or run "
+                          "the families as separate suites")
+    return next(iter(bars.values()), EFFECTIVE_LENGTH_THRESHOLD)
 
 
 NAME_MAX = 255

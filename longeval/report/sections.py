@@ -170,13 +170,22 @@ def leaderboard_section(runs: Sequence[RunData], fams: Sequence[str]) -> Section
             header=["model", "claimed length", "effective length", *[_length(n) for n in lengths], "Avg",
                     "wAvg (inc)", "wAvg (dec)"],
             rows=rows, id=f"leaderboard-{_anchor(family)}", caption=_title(family),
-            note=f"Effective length: the largest length whose score exceeds {threshold:g} (underlined); "
+            note=f"Effective length: the largest length whose score exceeds {threshold:g} (underlined; "
+                 f"{_threshold_source(family, threshold)}); "
                  "claimed length: the run's model.max_model_len. Avg is the mean over lengths; wAvg (inc) weighs "
                  "lengths 1..L from short to long, wAvg (dec) the reverse (hover for ranks). Sorted by Avg."))
     if not blocks:
         return None
-    return Section("leaderboard", "Leaderboard", intro="One row per run, as RULER's Table 3: the per-length score "
-                   "is the unweighted mean over the family's tasks at that length.", blocks=blocks)
+    return Section("leaderboard", "Leaderboard", intro="One row per run, laid out as RULER's Table 3: the "
+                   "per-length score is the unweighted mean over the family's tasks at that length.", blocks=blocks)
+
+
+def _threshold_source(family: str, threshold: float) -> str:
+    """Where a family's threshold comes from: its own declaration, or the run's `suite.effective_threshold`."""
+    declared = FAMILIES[family].effective_threshold if family in FAMILIES else None
+    if declared is not None and declared.value == threshold:
+        return declared.source
+    return "the run's suite.effective_threshold"
 
 
 def _interval(head: dict, name: str) -> str:

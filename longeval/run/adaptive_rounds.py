@@ -24,7 +24,7 @@ from longeval.config import Config
 from longeval.errors import ConfigError
 from longeval.planning.capacity import find_model_arch
 from longeval.planning.cost import DEFAULT_GPU, Cost, call_cost, replica_shape
-from longeval.planning.plan import Plan, ShardSpec, make_plan, samples_per_length
+from longeval.planning.plan import Plan, ShardSpec, adaptive_threshold, make_plan, samples_per_length
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA
 from longeval.run.asked import ask, asked_shards, seed_asked, unmade_shards
 from longeval.stages.generate import generate
@@ -68,7 +68,7 @@ class Cell:
 def settings_for(cfg: Config) -> Settings:
     suite = cfg.suite
     caps = samples_per_length(cfg)
-    return Settings(threshold=suite.effective_threshold / 100, alpha=1 - suite.adaptive_confidence,
+    return Settings(threshold=adaptive_threshold(cfg) / 100, alpha=1 - suite.adaptive_confidence,
                     round_size=suite.adaptive_step, cap=suite.samples,
                     length_caps=tuple((n, c) for n, c in sorted(caps.items()) if c != suite.samples),
                     without_replacement=bool(suite.shuffle), round_growth=suite.adaptive_growth,

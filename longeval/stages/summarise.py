@@ -16,7 +16,7 @@ from longeval.run.consistency import SUMMARY_INPUT, Consistency, State, check_ro
 from longeval.run.provenance import stored_config
 from longeval.stats.aggregate import cumulative, error_table, headline, length_table, summarise
 from longeval.store.run_root import RunRoot
-from longeval.tasks import FAMILIES, sampling
+from longeval.tasks import FAMILIES, effective_thresholds, sampling
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def report(cfg: Config, root: RunRoot, scores: pa.Table | None = None) -> RunRes
                     root.uri, dropped - scores.num_rows)
     summary = summarise(scores)
     lengths = length_table(summary, scores=scores)
-    head = headline(lengths, threshold=cfg.suite.effective_threshold, scores=scores)
+    head = headline(lengths, threshold=effective_thresholds(cfg.suite.effective_threshold), scores=scores)
     scheme = sampling()
     weights = scheme.weights(cfg.suite.lengths, cfg.suite.subsets) if cfg.suite.subsets and scheme else None
     curve = cumulative(scores, weights)

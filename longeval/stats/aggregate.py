@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -223,13 +223,14 @@ _HEADLINE_INTERVALS = ("avg_ci_low", "avg_ci_high", "wavg_inc_ci_low", "wavg_inc
                        "wavg_dec_ci_high", "effective_length_low", "effective_length_high")
 
 
-def headline(length_tbl: pa.Table, *, threshold: float = EFFECTIVE_LENGTH_THRESHOLD,
+def headline(length_tbl: pa.Table, *, threshold: float | Mapping[str, float] = EFFECTIVE_LENGTH_THRESHOLD,
              scores: pa.Table | None = None, resamples: int = BOOTSTRAP_RESAMPLES) -> pa.Table:
     """RULER's headline numbers per model and family, from the per-length scores.
 
     `avg` is the plain mean over lengths; `wavg_inc` weights the lengths 1..L in ascending order (long
     contexts count more), `wavg_dec` weights them L..1; `effective_length` is the largest length whose
-    score is strictly above `threshold` (null if none is). The threshold is returned as a column so a
+    score is strictly above `threshold` (null if none is): one for every family, or a family's own from a mapping
+    (`tasks.effective_thresholds`; a family it lacks gets RULER's). The threshold is returned as a column so a
     report can never show a different one from the one used.
 
     With `scores` (the per-instance scores behind the table), each number gets a 95 % bootstrap interval:
@@ -251,7 +252,8 @@ def headline(length_tbl: pa.Table, *, threshold: float = EFFECTIVE_LENGTH_THRESH
         count = len(values)
         weights = range(1, count + 1)
         total_weight = count * (count + 1) / 2
-        passing = [length for length, score in points if score > threshold]
+        bar = threshold.get(family, EFFECTIVE_LENGTH_THRESHOLD) if isinstance(threshold, Mapping) else threshold
+        passing = [length for length, score in points if score > bar]
         rows.append(
             {
                 "model_id": model_id,
@@ -263,8 +265,8 @@ def headline(length_tbl: pa.Table, *, threshold: float = EFFECTIVE_LENGTH_THRESH
                 ),
                 "effective_length": max(passing) if passing else None,
                 "lengths": count,
-                "threshold": threshold,
-                **_headline_intervals(boot.get((model_id, family)), threshold),
+                "threshold": bar,
+                **_headline_intervals(boot.get((model_id, family)), bar),
             }
         )
     schema = pa.schema(

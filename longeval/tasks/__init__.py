@@ -20,11 +20,21 @@ from longeval.errors import ConfigError, UnknownTaskError
 from longeval.scoring.judgement import Judge
 from longeval.tasks import longbench_v2, michelangelo, ruler, sync, tail
 from longeval.tasks.base import Draft, GenContext, TaskSpec, draft
-from longeval.tasks.family import Family, Panel, ReportSection, Sampling, SummaryTable
+from longeval.tasks.family import (
+    RULER_THRESHOLD,
+    Family,
+    Panel,
+    ReportSection,
+    Sampling,
+    SummaryTable,
+    Threshold,
+    borrowed_threshold,
+)
 
 __all__ = [
     "BUDGET_KEY",
     "FAMILIES",
+    "RULER_THRESHOLD",
     "TASKS",
     "Draft",
     "Family",
@@ -34,9 +44,12 @@ __all__ = [
     "Sampling",
     "SummaryTable",
     "TaskSpec",
+    "Threshold",
+    "borrowed_threshold",
     "check_overrides",
     "configure",
     "draft",
+    "effective_thresholds",
     "get_task",
     "judge_for",
     "register",
@@ -49,6 +62,13 @@ FAMILIES: dict[str, Family] = {}
 """Every family by name, in the order reports show them."""
 TASKS: dict[str, TaskSpec] = {}
 """Every task by `family/name`."""
+
+
+def effective_thresholds(override: float | None = None) -> dict[str, float]:
+    """Each family's effective-length threshold (points) for a run: its own (`Family.threshold`), or the suite's
+    `effective_threshold` for all of them when the suite sets one."""
+    return {name: family.effective_threshold.value if override is None else override
+            for name, family in FAMILIES.items()}
 
 
 def register(family: Family) -> Family:

@@ -17,10 +17,30 @@ from typing import Any
 
 import pyarrow as pa
 
+from longeval.stats.aggregate import EFFECTIVE_LENGTH_THRESHOLD
 from longeval.tasks.base import TaskSpec
 
 ScoreRows = Mapping[str, list[dict[str, Any]]]
 """A family's score rows per model id, each with its instance's `meta` JSON under "meta"."""
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """The score (points, 0-100) a length must exceed to count toward a family's effective length, and where it
+    comes from: the report prints `source` beside every effective length the threshold decides."""
+
+    value: float
+    source: str
+
+
+RULER_THRESHOLD = Threshold(EFFECTIVE_LENGTH_THRESHOLD, "RULER's threshold: Llama-2-7B's mean score at 4K "
+                                                        "(RULER §4, Table 3)")
+
+
+def borrowed_threshold(title: str) -> Threshold:
+    """RULER's threshold for a family whose paper sets none, saying so wherever it is printed."""
+    return Threshold(EFFECTIVE_LENGTH_THRESHOLD, f"RULER's threshold (Llama-2-7B at 4K, RULER §4), borrowed: the "
+                                                 f"{title} paper defines no effective-length threshold")
 
 
 @dataclass(frozen=True)
@@ -148,5 +168,13 @@ class Family:
     registered family generate from them (`tests/task_instances.py`), so such a family adds its sample here, in
     its own package, not in a test file; a user can also try the family with it before downloading anything."""
 
+    threshold: Threshold | None = None
+    """The bar its effective length is read against (`suite.effective_threshold` overrides it for a run). Each
+    built-in family declares one; unset reads as `borrowed_threshold(title)`."""
+
     def skill_group(self, task: str) -> str:
         return self.skill_groups.get(task, self.name)
+
+    @property
+    def effective_threshold(self) -> Threshold:
+        return self.threshold or borrowed_threshold(self.title)

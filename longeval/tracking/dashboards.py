@@ -183,7 +183,8 @@ def report(entity: str, project: str, view: View, *, title: str = REPORT_TITLE) 
         wr.H1("Leaderboard"),
         wr.P("One run per (model, suite) job. Scores are percentages. Avg is the mean over lengths; wAvg(inc) "
              "weighs long lengths more, wAvg(dec) short ones (RULER's Table 3); the effective length is the "
-             "longest length scoring above the threshold (85.6, Llama-2-7B at 4K)."),
+             "longest length scoring above the family's threshold (`headline/threshold`: RULER's 85.6, "
+             "Llama-2-7B at 4K, unless the suite sets `effective_threshold`)."),
         grid(leaderboard_panels(view)),
         wr.H1("Length curves"),
         wr.P("Every run's score against context length, on a log axis."),

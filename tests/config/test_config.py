@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from longeval.config import ApiMode, Engine, Redactor, group_choices, load_config, to_yaml, validate
 from longeval.config.schema import TrackingBackend, TrackingMode
 from longeval.errors import ConfigError, UnknownTaskError
+from longeval.tasks import effective_thresholds
 
 
 def test_defaults_compose_to_the_embedded_quick_run():
@@ -27,7 +28,9 @@ def test_ruler_suite_is_the_papers_configuration():
     cfg = load_config(["suite=ruler"])
     assert len(cfg.suite.tasks) == 13
     assert cfg.suite.lengths == [4096, 8192, 16384, 32768, 65536, 131072]
-    assert cfg.suite.samples == 500 and cfg.suite.effective_threshold == 85.6
+    assert cfg.suite.samples == 500 and cfg.suite.effective_threshold is None  # each family's own: RULER's 85.6
+    assert effective_thresholds(cfg.suite.effective_threshold)["ruler"] == 85.6
+    assert set(effective_thresholds(70.0).values()) == {70.0}  # the suite's, when set, for every family
 
 
 def test_overrides_reach_every_group():

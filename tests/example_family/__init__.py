@@ -7,7 +7,7 @@ user's package does (`plugins=[tests.example_family.plugin]`). A built-in family
 
 from longeval.scoring.string_match import judge_all
 from longeval.tasks.base import TaskSpec
-from longeval.tasks.family import Family
+from longeval.tasks.family import Family, borrowed_threshold
 from tests.example_family.kv_retrieval import KvParams, generate
 
 TASKS = (
@@ -17,6 +17,7 @@ TASKS = (
 FAMILY = Family(
     name="lost_in_the_middle",
     title="Lost in the Middle",
+    threshold=borrowed_threshold("Lost in the Middle"),
     tasks=TASKS,
     intro="Key-value retrieval from a JSON object of UUID pairs (Liu et al., 2023, §4): the share of answers that "
           "contain the queried value, ×100. Read the depth x length heatmap: the paper's U-shape is low scores in "

@@ -9,7 +9,8 @@ import pytest
 
 from longeval.config import load_config
 from longeval.errors import ConfigError
-from longeval.planning.plan import make_plan, size_pool
+from longeval.planning.plan import adaptive_threshold, check_config, make_plan, size_pool
+from longeval.tasks import FAMILIES, Threshold
 
 
 def test_shards_cover_every_instance_once():
@@ -198,3 +199,12 @@ def test_size_pool_on_cpu_from_the_kv_cache_space(tiny_model_path):
     many = replace(cfg, model=replace(cfg.model, max_num_seqs=3000))
     big = size_pool(many, pool, [4096] * 300)
     assert (big.max_num_seqs, big.max_num_batched_tokens) == (3000, 3000)
+
+
+def test_an_adaptive_run_over_families_with_different_thresholds_asks_for_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    overrides = ["model=tiny_random", "suite=quick", "suite.tasks=[niah_single_1,shortest_path]", "suite.adaptive=true"]
+    assert adaptive_threshold(load_config(overrides)) == 85.6  # RULER's, and SYNC borrows it
+    monkeypatch.setitem(FAMILIES, "sync", replace(FAMILIES["sync"], threshold=Threshold(60.0, "a test's own")))
+    with pytest.raises(ConfigError, match=r"declare several \(ruler 85.6, sync 60\); set suite.effective_threshold"):
+        check_config(load_config(overrides))
+    assert adaptive_threshold(load_config([*overrides, "suite.effective_threshold=70"])) == 70.0

@@ -240,3 +240,24 @@ def test_a_new_family_gets_its_depth_heatmap_and_a_family_without_depths_none(tm
     assert section is not None, "no depth x length heatmap for the example family"
     assert "Lost in the Middle: depth × length" in section.group(0) and "<img" in section.group(0)
     assert 'id="longbench-v2-depths"' not in page
+
+
+def test_each_familys_leaderboard_names_where_its_threshold_comes_from() -> None:
+    """RULER's note cites RULER; another family's says the bar is borrowed; a suite override says so."""
+    ruler, _ = ruler_run("a", {4096: [1] * 10})
+    sync = dataclasses.replace(ruler, label="b", uri="/runs/b", tables={
+        name: table.set_column(table.schema.get_field_index("family"), "family",
+                               pa.array(["sync"] * table.num_rows, table.schema.field("family").type))
+        for name, table in ruler.tables.items()})
+
+    def note(page: str, family: str) -> str:
+        return html.unescape(page.split(f'id="leaderboard-{family}"')[1].split("</table>")[1].split("<table")[0])
+
+    page = build_page([ruler, sync])
+    assert "RULER's threshold: Llama-2-7B's mean score at 4K (RULER §4, Table 3)" in note(page, "ruler")
+    assert "borrowed: the SYNC paper defines no effective-length threshold" in note(page, "sync")
+    lowered = dataclasses.replace(ruler, tables={**ruler.tables, "headline": headline(ruler.tables["lengths"],
+                                                                                      threshold=50.0)})
+    assert "exceeds 50 " in note(build_page([lowered]), "ruler")
+    assert "the run's suite.effective_threshold" in note(build_page([lowered]), "ruler")
+

@@ -401,3 +401,12 @@ def test_headline_intervals_are_deterministic_and_null_without_scores() -> None:
     (bare,) = headline(lengths).to_pylist()
     assert bare["avg_ci_low"] is None and bare["effective_length_high"] is None
     assert bare["avg"] == _headline(scores)["avg"]
+
+
+def test_the_headline_reads_each_family_against_its_own_threshold() -> None:
+    rows = [{"model_id": "m", "family": fam, "task": "t", "target_length": n, "score": s / 100, "error_type": ""}
+            for fam in ("ruler", "sync") for n, s in ((1024, 90), (2048, 70))]
+    lengths = length_table(summarise(pa.Table.from_pylist(rows)))
+    head = {r["family"]: r for r in headline(lengths, threshold={"ruler": 85.6, "sync": 60.0}).to_pylist()}
+    assert (head["ruler"]["effective_length"], head["ruler"]["threshold"]) == (1024, 85.6)
+    assert (head["sync"]["effective_length"], head["sync"]["threshold"]) == (2048, 60.0)

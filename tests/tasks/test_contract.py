@@ -103,3 +103,13 @@ def test_a_task_that_reads_data_files_has_its_family_write_samples(tmp_path_fact
                                      f"declare Family.sample_data writing them")
         for field, path in given.items():
             assert Path(path).exists(), f"R12 sample data declared: {name}'s {field} {path} was not written"
+
+
+def test_every_family_declares_its_effective_length_threshold_and_where_it_comes_from() -> None:
+    for name, family in FAMILIES.items():
+        assert family.threshold is not None, f"R13 threshold declared: {name}: give Family(threshold=...)"
+        assert 0 < family.threshold.value < 100 and family.threshold.source.strip(), f"R13 threshold declared: {name}"
+    assert FAMILIES["ruler"].threshold.value == 85.6 and "RULER §4" in FAMILIES["ruler"].threshold.source
+    for name in set(FAMILIES) - {"ruler"}:  # a borrowed bar says whose it is and that the paper sets none
+        assert "borrowed" in FAMILIES[name].threshold.source, name
+        assert FAMILIES[name].title in FAMILIES[name].threshold.source, name

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from longeval.scoring.judgement import Judge
 from longeval.tasks.base import TaskSpec
-from longeval.tasks.family import Family, Panel, ReportSection, SummaryTable
+from longeval.tasks.family import Family, Panel, ReportSection, SummaryTable, borrowed_threshold
 from longeval.tasks.longbench_v2.data import (
     DIFFICULTIES,
     DOMAINS,
@@ -96,6 +96,7 @@ LONGBENCH_V2_SCORERS: dict[str, Judge] = {METRIC: score_longbench_v2}
 
 FAMILY = Family(
     name="longbench_v2", title="LongBench v2", tasks=LONGBENCH_V2_TASKS, sample_data=sample_data,
+    threshold=borrowed_threshold("LongBench v2"),
     intro="LongBench v2's Table 2: accuracy overall, by difficulty, by length bucket (short < 32k, "
           "medium 32k–128k, long > 128k words) and by domain. Compensated accuracy counts an "
           "unparseable answer as a 0.25 guess (its Table 5); chance is 25.",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from longeval.scoring.judgement import Judge
 from longeval.tasks.base import TaskSpec
-from longeval.tasks.family import Family, ReportSection, Sampling, SummaryTable
+from longeval.tasks.family import Family, ReportSection, Sampling, SummaryTable, borrowed_threshold
 from longeval.tasks.michelangelo import idk, latent_list, mrcr
 from longeval.tasks.michelangelo.idk import IdkParams, score_idk
 from longeval.tasks.michelangelo.latent_list import LatentListParams, score_latent_list
@@ -52,7 +52,7 @@ MICHELANGELO_SCORERS: dict[str, Judge] = {
 
 
 FAMILY = Family(
-    name="michelangelo", title="Michelangelo", tasks=MICHELANGELO_TASKS,
+    name="michelangelo", title="Michelangelo", threshold=borrowed_threshold("Michelangelo"), tasks=MICHELANGELO_TASKS,
     intro="Michelangelo reports cumulative average scores: the mean over every instance of length up "
           "to L (solid lines, as in the paper's curves), beside the pointwise score at L (dashed). "
           "The dotted line is the task's chance rate (Appendix B, simulated on our generators): read "

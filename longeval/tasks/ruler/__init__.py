@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from longeval.scoring.string_match import judge_all, judge_part
 from longeval.tasks.base import TaskSpec
-from longeval.tasks.family import Family
+from longeval.tasks.family import RULER_THRESHOLD, Family
 from longeval.tasks.ruler import aggregation, niah, qa, variable_tracking
 from longeval.tasks.ruler.aggregation import CweParams, FweParams
 from longeval.tasks.ruler.niah import NiahParams
@@ -64,6 +64,7 @@ RULER_GROUPS: dict[str, str] = {
 
 FAMILY = Family(
     name="ruler", title="RULER", tasks=RULER_TASKS, sample_data=sample_data, skill_groups=RULER_GROUPS,
+    threshold=RULER_THRESHOLD,
     intro="Scores are RULER's string_match_all (NIAH, VT, CWE, FWE) or string_match_part (QA), ×100. The "
           "per-task figure draws each task against length with its 95 % interval shaded; the dotted "
           "line is the effective-length threshold. Compare with RULER's Table 3 and its per-task appendix.",

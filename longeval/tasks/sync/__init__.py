@@ -18,7 +18,7 @@ from collections.abc import Callable
 from longeval.scoring.judgement import Judgement
 from longeval.stats.aggregate import ladder
 from longeval.tasks.base import Draft, TaskSpec
-from longeval.tasks.family import Family, Panel, ReportSection, SummaryTable
+from longeval.tasks.family import Family, Panel, ReportSection, SummaryTable, borrowed_threshold
 from longeval.tasks.sync.graph import (
     GraphParams,
     generate_connected_nodes,
@@ -121,7 +121,7 @@ SYNC_TASKS: tuple[TaskSpec, ...] = (
 
 
 FAMILY = Family(
-    name="sync", title="SYNC", tasks=SYNC_TASKS,
+    name="sync", title="SYNC", threshold=borrowed_threshold("SYNC"), tasks=SYNC_TASKS,
     intro="The three tasks of a domain read the same contexts: retrieval (connected nodes, single-hop "
           "translation), tracking (shortest path, multi-hop translation) and global (longest path, letter "
           "coverage), so the fall from rung to rung at one length is the task's doing (SYNC §3.3). The error "

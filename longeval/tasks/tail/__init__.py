@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from longeval.scoring.judgement import Judge
 from longeval.tasks.base import TaskSpec
-from longeval.tasks.family import Family, Panel, ReportSection, SummaryTable
+from longeval.tasks.family import Family, Panel, ReportSection, SummaryTable, borrowed_threshold
 from longeval.tasks.tail.choice import parse_choice
 from longeval.tasks.tail.dataset import (
     DATASET_KEY,
@@ -186,7 +186,7 @@ TAIL_SCORERS: dict[str, Judge] = {METRIC: score_tail}
 
 
 FAMILY = Family(
-    name="tail", title="TAIL", tasks=TAIL_TASKS, sample_data=sample_data,
+    name="tail", title="TAIL", threshold=borrowed_threshold("TAIL"), tasks=TAIL_TASKS, sample_data=sample_data,
     intro="TAIL's Figure 5: accuracy by the depth of the evidence (rows) and the context length (columns); "
           "its Table 2: Avg, wAvg(inc), wAvg(dec) and the longest/shortest ratio. TAIL weighs lengths by their "
           "size (wAvg(inc) weights = the lengths), RULER by their rank (1..L), so the leaderboard's TAIL row and "
