@@ -1,104 +1,93 @@
 """What each test starts, seen rather than declared: Ray, a vLLM engine, a SeaweedFS server, a two-node cluster,
 Slurm, Chromium.
 
-A thread polls the process table while the session runs and keeps the processes this pytest worker started
+A watcher process polls the process table while the session runs and notes the processes this pytest worker started
 (each inherits `LONGEVAL_TEST_WORKER`, set below, even through `ray start`'s daemons and Slurm's jobs). A test's
 kinds are those of the processes that appeared while it ran, plus those recorded while each of its fixtures was
 set up (a module's server counts for every test that uses it, not only the first). They go to the junit report as
 a `started` property, which `benchmarks/test_time.py` groups the suite's cost by; `LONGEVAL_STARTED=0` turns
 the sampling off.
+
+Each kind is also a marker (`@pytest.mark.ray`, ...; a module's `pytestmark` covers its tests), and `make
+test-quick` runs the tests that carry none. So that the quick loop never starts a server, a test that carries no
+such marker and starts one fails here, saying which marker to add.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import threading
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
-WORKER_ENV = "LONGEVAL_TEST_WORKER"
-POLL_S = 0.2
-KINDS = ("ray", "cluster", "engine", "s3", "slurm", "browser")
-"""`cluster`: two or more raylets of this worker alive at once (a multi-node Ray on loopback)."""
+from tests.watch_processes import WORKER_ENV
+
+MARKERS = {
+    "ray": "starts Ray (a local one, or `ray start`)",
+    "cluster": "starts a Ray cluster of two or more nodes on loopback",
+    "engine": "runs the real vLLM engine on CPU",
+    "s3": "starts a SeaweedFS S3 server",
+    "slurm": "starts Slurm's daemons and runs a job",
+    "browser": "drives headless Chromium",
+}
+"""The kinds of real part, each a marker. `cluster`: two or more raylets of this worker alive at once."""
+KINDS = tuple(MARKERS)
 
 os.environ[WORKER_ENV] = str(os.getpid())  # every process this worker starts inherits it
 
 
-def kind_of(name: str, cmdline: list[str]) -> str | None:
-    """The real part a process belongs to, from its name and command line (None: not one of ours to count)."""
-    line = " ".join(cmdline)
-    if name == "weed" or line.startswith("weed "):
-        return "s3"
-    if name.startswith(("slurm", "sbatch", "srun")):
-        return "slurm"
-    if "chrom" in name:
-        return "browser"
-    if line.startswith(("ray::Replica", "VLLM::EngineCore")) or "vllm.entrypoints" in line:
-        return "engine"
-    if name in ("gcs_server", "raylet"):
-        return "ray"
-    return None
-
-
 @dataclass
-class Sampler:
-    """The processes this worker started, when each appeared, and what they are."""
+class Seen:
+    """What the watcher has reported so far, read from its file between tests (never during one)."""
 
-    seen: dict[int, tuple[float, str | None, str]] = field(default_factory=dict)
-    """pid -> (first seen, kind, name)."""
-    engines_in_process: list[float] = field(default_factory=list)
-    """When a `VllmEngine` was built in this process (no child process shows it)."""
-    raylets_at_once: list[tuple[float, int]] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
+    path: Path
+    events: list[tuple[float, str, bool]] = field(default_factory=list)
+    """(when, kind, whether a process was made then, not only put to work)."""
+    offset: int = 0
 
-    def poll(self) -> None:
-        import psutil
+    def read(self) -> None:
+        if not self.path.exists():
+            return
+        with open(self.path, encoding="utf-8") as source:
+            source.seek(self.offset)
+            for line in source:
+                if not line.endswith("\n"):  # written half: read it next time
+                    break
+                self.offset += len(line.encode("utf-8"))
+                event = json.loads(line)
+                self.events.append((event["t"], event["kind"], event["new"]))
 
-        mine = str(os.getpid())
-        now = time.time()
-        raylets = 0
-        for proc in psutil.process_iter(["pid", "name", "cmdline"]):
-            pid = proc.info["pid"]
-            known = self.seen.get(pid)
-            if known is None:
-                try:
-                    if proc.environ().get(WORKER_ENV) != mine:
-                        self.seen[pid] = (now, None, "")
-                        continue
-                except (psutil.Error, OSError):
-                    continue
-                known = self.seen[pid] = (now, kind_of(proc.info["name"] or "", proc.info["cmdline"] or []),
-                                          proc.info["name"] or "")
-            raylets += known[2] == "raylet"
-        if raylets > 1:
-            self.raylets_at_once.append((now, raylets))
-
-    def run(self) -> None:
-        while not self.stop.wait(POLL_S):
-            try:
-                self.poll()
-            except Exception:  # noqa: BLE001 - a failed poll loses one sample, never a test
-                continue
-
-    def kinds_between(self, start: float, end: float) -> set[str]:
-        kinds = {kind for first, kind, _ in self.seen.values() if kind and start <= first <= end}
-        if any(start <= t <= end for t in self.engines_in_process):
+    def kinds_between(self, start: float, end: float, *, made: bool = False) -> set[str]:
+        """The real parts used between two times; `made`: only those whose processes were made then."""
+        kinds = {kind for t, kind, new in self.events if start <= t <= end and (new or not made)}
+        if any(start <= t <= end for t in _ENGINES_IN_PROCESS):
             kinds.add("engine")
-        if any(start <= t <= end for t, _ in self.raylets_at_once):
-            kinds.add("cluster")
         return kinds
 
 
-_SAMPLER = Sampler()
+CHECK_MARKERS = os.environ.get("LONGEVAL_CHECK_MARKERS", "0") == "1"
+"""Fail a test that starts a real part without its marker (on once every test is marked)."""
+_ENGINES_IN_PROCESS: list[float] = []
+"""When a `VllmEngine` was built in this process (no child process shows it)."""
+_SEEN: Seen | None = None
 _FIXTURE_KINDS: dict[str, set[str]] = {}
 _FIXTURE_SPANS: dict[str, list[tuple[float, float]]] = {}
 
 
 def _enabled() -> bool:
     return os.environ.get("LONGEVAL_STARTED", "1") != "0"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for kind, what in MARKERS.items():
+        config.addinivalue_line("markers", f"{kind}: {what}")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -112,15 +101,19 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         built = vllm_engine.VllmEngine.__init__
 
         def noted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-            _SAMPLER.engines_in_process.append(time.time())
+            _ENGINES_IN_PROCESS.append(time.time())
             return built(self, *args, **kwargs)
 
         vllm_engine.VllmEngine.__init__ = noted  # type: ignore[method-assign]
-    threading.Thread(target=_SAMPLER.run, name="started-sampler", daemon=True).start()
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    _SAMPLER.stop.set()
+    global _SEEN
+    out = Path(tempfile.mkdtemp(prefix="started-")) / "seen.jsonl"
+    _SEEN = Seen(out)
+    watcher = subprocess.Popen([sys.executable, str(Path(__file__).with_name("watch_processes.py")), str(os.getpid()),
+                                str(out)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, env={**os.environ, WORKER_ENV: ""})
+    deadline = time.monotonic() + 30
+    while not out.exists() and watcher.poll() is None and time.monotonic() < deadline:  # its first look is taken
+        time.sleep(0.05)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -140,16 +133,24 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
-    yield
-    if call.when != "call" or not _enabled():
+    outcome = yield
+    if call.when != "call" or _SEEN is None:
         return
-    _SAMPLER.poll()
-    kinds = _SAMPLER.kinds_between(item.stash.get(_START, call.start), time.time())
+    _SEEN.read()
+    kinds = _SEEN.kinds_between(item.stash.get(_START, call.start), time.time())
     for name in getattr(item, "fixturenames", ()):
         for span in _FIXTURE_SPANS.pop(name, []):
-            _FIXTURE_KINDS.setdefault(name, set()).update(_SAMPLER.kinds_between(*span))
+            _FIXTURE_KINDS.setdefault(name, set()).update(_SEEN.kinds_between(*span))
         kinds |= _FIXTURE_KINDS.get(name, set())
     item.user_properties.append(("started", ",".join(k for k in KINDS if k in kinds)))
+    report = outcome.get_result()
+    made = _SEEN.kinds_between(item.stash.get(_START, call.start), time.time(), made=True)
+    if CHECK_MARKERS and made and report.passed and not any(item.get_closest_marker(kind) for kind in KINDS):
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} starts {', '.join(sorted(made))} but carries none of the markers "
+                           f"{', '.join(KINDS)}: mark it (@pytest.mark.{sorted(made)[0]}) so that `make test-quick`, "
+                           "which runs the unmarked tests, leaves it out")
 
 
 _START = pytest.StashKey[float]()
+

@@ -167,7 +167,7 @@ def test_test_time_charges_each_test_to_what_it_starts(tmp_path: Path) -> None:
 
 
 def test_the_sampler_names_the_real_parts_by_their_processes() -> None:
-    from tests.started import kind_of
+    from tests.watch_processes import kind_of
 
     assert kind_of("weed", ["weed", "server", "-s3"]) == "s3"
     assert kind_of("raylet", ["/x/raylet", "--raylet_socket_name=/tmp/r"]) == "ray"
@@ -176,4 +176,13 @@ def test_the_sampler_names_the_real_parts_by_their_processes() -> None:
     assert kind_of("python", ["python", "-m", "vllm.entrypoints.openai.api_server"]) == "engine"
     assert kind_of("slurmstepd", ["slurmstepd: [1.batch]"]) == "slurm"
     assert kind_of("chromium", ["/usr/lib/chromium/chromium", "--headless"]) == "browser"
-    assert kind_of("ray::IDLE", ["ray::IDLE"]) is None and kind_of("python", ["python", "-m", "pytest"]) is None
+    assert kind_of("ray::MapWorker(", ["ray::MapWorker(MapBatches(ShardGenerator))"]) == "ray"
+    assert kind_of("ray::IDLE", ["ray::IDLE"]) is None  # a worker waiting: no one uses Ray through it yet
+    assert kind_of("python", ["python", "-m", "pytest"]) is None and kind_of("sleep", ["sleep", "1"]) is None
+
+
+def test_two_rays_of_one_test_are_not_a_cluster_and_two_nodes_of_one_are() -> None:
+    from tests.watch_processes import multi_node
+
+    one, other = "raylet /x/raylet --gcs-address=127.0.0.1:41675 --x", "raylet /x/raylet --gcs-address=127.0.0.1:5"
+    assert not multi_node([one, other]) and multi_node([one, other, one]) and not multi_node([one])
