@@ -25,13 +25,21 @@ DRIVER = textwrap.dedent("""
     bystander = subprocess.Popen(["sleep", "300"])  # not Ray's: born just before it, must outlive its watcher
     init_ray(load_config([]))
     ray.get(ray.remote(lambda: 1).remote())  # a worker too
-    time.sleep(2)  # the agents are up
-    ray_procs = [p for p in psutil.Process().children(recursive=True) if p.pid != bystander.pid]
+
+    def ours():
+        return [p for p in psutil.Process().children(recursive=True) if p.pid != bystander.pid]
+
+    deadline = time.monotonic() + 60
+    while not {"DashboardAgent", "RuntimeEnvAgent"} <= {w for p in ours() for w in " ".join(p.cmdline()).split(
+            "::")} and time.monotonic() < deadline:
+        time.sleep(0.1)  # until the agents are up
+    ray_procs = ours()
+    [reaper] = [p for p in ray_procs if "longeval.cluster.reaper" in " ".join(p.cmdline())]
     print(json.dumps({"ray": [[p.pid, p.create_time(), " ".join(p.cmdline())[:60]] for p in ray_procs],
                       "bystander": bystander.pid}), flush=True)
     if sys.argv[1] == "shutdown":
         ray.shutdown()
-        time.sleep(8)  # the watcher notices the head is gone, stops, and leaves the bystander alone
+        reaper.wait(timeout=60)  # the watcher notices the head is gone and stops, leaving the bystander alone
         print(json.dumps({"bystander_alive": bystander.poll() is None}), flush=True)
         bystander.kill()
     else:
