@@ -81,17 +81,18 @@ def finished_copy(finished, tmp_path) -> tuple[RunRoot, list[str]]:
 
 
 def test_a_smaller_suite_on_the_same_root_reports_only_its_own_instances(tmp_path):
-    """The first `run` is a `longeval` subprocess: Ray's actor-restart line (ray #53727) is what a user's terminal
-    showed of a fresh process."""
+    """Ray's actor-restart line (ray #53727) as a fresh process's terminal shows it is checked on the `longeval
+    run` subprocess of `test_the_table_shows_n_intervals_all_failure_cells_and_incomplete_runs` (the same score
+    pool); here on what the in-process commands print and log."""
     big = [*BASE, "suite.tasks=[niah_single_1,vt]", "suite.samples=4", f"store.root={tmp_path}", "run_name=same"]
     code, _, gen = cli("generate", *big)
     assert code == 0, gen
     root = RunRoot(str(tmp_path / "same"))
     assert predict_everything(root) == 8
-    first = longeval("run", *big)
-    assert first.returncode == 0, flat(first)
+    code, _, first = cli("run", *big)
+    assert code == 0, first
     assert tasks_table(root) == [("niah_single_1", 4), ("vt", 4)]
-    assert "53727" not in flat(first) and "53727" not in gen  # Ray's actor-restart line is gone
+    assert "53727" not in first and "53727" not in gen  # Ray's actor-restart line is gone
 
     small = [*BASE, "suite.tasks=[vt]", "suite.samples=2", f"store.root={tmp_path}", "run_name=same"]
     code, _, second = cli("run", *small)
@@ -174,7 +175,8 @@ def test_a_rerun_with_nothing_left_to_do_does_not_start_ray(finished, finished_c
 def test_the_table_shows_n_intervals_all_failure_cells_and_incomplete_runs(tmp_path):
     """A length above max_model_len (allowed): every prompt is recorded too long without an engine, and the
     table says so instead of showing a model that scored 0; before that, the partial report is marked. The
-    full `run` is a `longeval` subprocess: its table is what a user's pipe gets."""
+    full `run` is a `longeval` subprocess: its table is what a user's pipe gets, without Ray's actor-restart line
+    (ray #53727) from its score pool."""
     args = ["model=tiny_random", "suite.tasks=[vt]", "suite.lengths=[1024,16384]", "suite.samples=2",
             "suite.allow_too_long=true", f"store.root={tmp_path}", "run_name=t"]
     code, _, gen = cli("generate", *args)
@@ -203,6 +205,7 @@ def test_the_table_shows_n_intervals_all_failure_cells_and_incomplete_runs(tmp_p
     text = flat(full)
     assert full.returncode == 0, text
     assert "INCOMPLETE" not in text
+    assert "53727" not in text  # Ray's actor-restart line is gone
     cells = [line for line in full.stdout.splitlines() if line.startswith("│ vt")]
     assert cells and "100.00" in cells[0] and "all too long" in cells[0]  # 1K scored; 16K never sent
     assert re.search(r"│ vt +│ +100\.00 │ all too long │.*\n│ +│ \[\d+–100\] n=2 │ +n=2 │", full.stdout)
