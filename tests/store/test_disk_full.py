@@ -7,18 +7,16 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from longeval.cli import longeval_error
+from longeval.cli import longeval_error, main
 from longeval.errors import DiskFullError, StoreError
 from longeval.records import PREDICTION_SCHEMA, Prediction
 from longeval.store.run_root import RunRoot
-from tests.cli_subprocess import REPO
 
 FIX = ("No space left on device; free space on that filesystem (or set store.root / store.instance_cache to a disk "
        "with room) and rerun the same command: finished shards and predictions are kept")
@@ -98,30 +96,36 @@ def _mount_tiny_tmpfs(path: Path) -> bool:
     return done.returncode == 0
 
 
-def test_generating_onto_a_full_disk_prints_one_line(tmp_path) -> None:
+def _cli(capsys, caplog, *argv: str) -> tuple[int, str, str]:
+    """`longeval ARGV` in this process (on this worker's Ray): its exit code, its stdout, and its stdout, stderr
+    and log lines together (what a terminal shows of a `longeval` process: its log lines go to stderr there)."""
+    caplog.clear()
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.out + out.err + caplog.text
+
+
+def test_generating_onto_a_full_disk_prints_one_line(capsys, caplog) -> None:
     """A real full disk: a 64 KiB tmpfs (needs the right to mount; skipped without it)."""
     tiny = Path(f"/tmp/longeval-full-{uuid.uuid4().hex[:8]}")
     if os.geteuid() != 0 or not _mount_tiny_tmpfs(tiny):
         pytest.skip("cannot mount a tmpfs here (needs root)")
     try:
-        argv = ["generate", "model=tiny_random", "suite.tasks=[niah_single_1]", "suite.lengths=[4096]",
-                "suite.samples=40", "suite.shard_size=2", "store.cache_instances=false", f"store.root={tiny}",
-                "run_name=full"]
-        env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-        proc = subprocess.run([sys.executable, "-m", "longeval.cli", *argv], cwd=REPO, env=env, text=True,
-                              capture_output=True, timeout=600)
-        errors = [line for line in proc.stdout.splitlines() if line.startswith("error:")]
-        assert proc.returncode == 2, proc.stdout + proc.stderr
-        assert len(errors) == 1 and errors[0].endswith(FIX), proc.stdout
+        code, stdout, text = _cli(capsys, caplog, "generate", "model=tiny_random", "suite.tasks=[niah_single_1]",
+                                  "suite.lengths=[4096]", "suite.samples=40", "suite.shard_size=2",
+                                  "store.cache_instances=false", f"store.root={tiny}", "run_name=full")
+        errors = [line for line in stdout.splitlines() if line.startswith("error:")]
+        assert code == 2, text
+        assert len(errors) == 1 and errors[0].endswith(FIX), stdout
         assert f"error: cannot write {tiny}/full/instances/" in errors[0]
-        assert "Traceback" not in proc.stdout + proc.stderr
+        assert "Traceback" not in text
         assert not list((tiny / "full" / "instances").glob(".*.tmp"))
     finally:
         subprocess.run(["umount", str(tiny)], check=False)
         tiny.rmdir()
 
 
-def test_inferring_onto_a_full_disk_stops_with_one_line_and_no_restart(tmp_path) -> None:
+def test_inferring_onto_a_full_disk_stops_with_one_line_and_no_restart(tmp_path, capsys, caplog) -> None:
     """A real full disk while predictions are written (the stand-in engine: no model runs): a tmpfs of 256 KiB
     holding the run's instances, filled up to its last 12 KiB (needs the right to mount; skipped without it)."""
     import shutil
@@ -130,15 +134,10 @@ def test_inferring_onto_a_full_disk_stops_with_one_line_and_no_restart(tmp_path)
     args = ["model=tiny_random", "model.engine=stand_in", "suite.tasks=[niah_single_1]", "suite.lengths=[1024]",
             "suite.samples=40", "suite.shard_size=20", "store.cache_instances=false", "run_name=p",
             "cluster.commit_interval_s=0"]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-
-    def longeval(*argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "longeval.cli", *argv], cwd=REPO, env=env, text=True,
-                              capture_output=True, timeout=600)
-
     if os.geteuid() != 0:
         pytest.skip("cannot mount a tmpfs here (needs root)")
-    assert longeval("generate", *args, f"store.root={tmp_path}").returncode == 0
+    code, _, text = _cli(capsys, caplog, "generate", *args, f"store.root={tmp_path}")
+    assert code == 0, text
     tiny.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(tiny)]).returncode != 0:
         tiny.rmdir()
@@ -147,10 +146,9 @@ def test_inferring_onto_a_full_disk_stops_with_one_line_and_no_restart(tmp_path)
         shutil.copytree(tmp_path / "p", tiny / "p")
         free = shutil.disk_usage(tiny).free
         (tiny / "filler").write_bytes(b"\0" * (free - 12 * 1024))
-        proc = longeval("infer", *args, f"store.root={tiny}")
-        text = proc.stdout + proc.stderr
-        errors = [line for line in proc.stdout.splitlines() if line.startswith("error:")]
-        assert proc.returncode == 2, text
+        code, stdout, text = _cli(capsys, caplog, "infer", *args, f"store.root={tiny}")
+        errors = [line for line in stdout.splitlines() if line.startswith("error:")]
+        assert code == 2, text
         assert len(errors) == 1 and errors[0].endswith(FIX), text
         assert f"error: cannot write {tiny}/p/" in errors[0]
         assert "starting it again" not in text and "failed to start" not in text and "Traceback" not in text

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -282,32 +283,44 @@ def test_lease_settings_are_checked(overrides: list[str]) -> None:
 # -- end to end ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.engine
-def test_a_second_run_on_a_held_root_refuses_at_once(tmp_path: Path, tiny_model_path: Path) -> None:
-    from tests.run.test_pipeline_faults import TINY, check_complete, finish, wait_for
+HELD = ["model=tiny_random", "model.engine=stand_in", "suite.tasks=[niah_single_1]", "suite.lengths=[1024]",
+        "suite.samples=2", "suite.shard_size=2", "cluster.commit_interval_s=0"]
+"""The first run's config: the lease is the driver's, whatever the engine, so the stand-in engine serves."""
 
-    args = [*TINY, f"store.root={tmp_path / 'runs'}", "run_name=leased"]
+
+@pytest.mark.ray
+def test_a_second_run_on_a_held_root_refuses_at_once(tmp_path: Path, tiny_model_path: Path) -> None:
+    """Two `longeval run` processes. The first is stopped (SIGSTOP) once it holds the lease, so it is still
+    running, whatever the machine's load, when the second is refused; it then goes on and finishes. The lease is
+    the driver's, not the engine's: the stand-in engine answers (no model runs). "At once" is exact: the second
+    gets RAY_ADDRESS=127.0.0.1:1, so any start of Ray would end it with another error (`init_ray` refuses an
+    address nothing answers on), and taking a lease never waits (`lease.acquire`)."""
+    from tests.run.test_pipeline_faults import check_complete, finish, wait_for
+
+    args = [*HELD, f"store.root={tmp_path / 'runs'}", "run_name=leased"]
     root = RunRoot(load_config(args).run_root)
     first_log = tmp_path / "first.log"
     with open(first_log, "wb") as out:
         first = subprocess.Popen([sys.executable, "-m", "longeval.cli", "run", *args], stdout=out,
                                  stderr=subprocess.STDOUT, start_new_session=True)
     wait_for(lambda: root.files("_lease") != [] and current(root) is not None, first, first_log, "a lease")
-    holder = current(root)
-    assert holder.pid == first.pid and not holder.released
-    started = time.monotonic()
-    second = subprocess.run([sys.executable, "-m", "longeval.cli", "run", *args], capture_output=True, text=True,
-                            timeout=120)
-    elapsed = time.monotonic() - started
+    os.kill(first.pid, signal.SIGSTOP)  # its driver holds the lease and does nothing more until SIGCONT
+    try:
+        holder = current(root)
+        assert holder.pid == first.pid and not holder.released
+        second = subprocess.run([sys.executable, "-m", "longeval.cli", "run", *args], capture_output=True,
+                                text=True, timeout=120, env={**os.environ, "RAY_ADDRESS": "127.0.0.1:1"})
+        assert first.poll() is None, "the first run ended before the second was refused: the test proves nothing"
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
     assert second.returncode == 2, second.stdout + second.stderr
-    assert first.poll() is None, "the first run ended before the second was refused: the test proves nothing"
     errors = [line for line in second.stdout.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and second.stdout.strip().endswith(errors[0]), second.stdout
     assert f"host {socket.gethostname()} pid {first.pid}" in errors[0]
     assert f"run {holder.run_id}" in errors[0] and "store.take_over_lease=true" in errors[0]
-    assert elapsed < 60, f"refused only after {elapsed:.0f} s"
+    assert "cannot join the Ray cluster" not in second.stdout + second.stderr  # refused before any Ray
     assert finish(first, first_log) == 0, first_log.read_text()[-3000:]
-    check_complete(root)  # every instance predicted once: nothing done twice
+    check_complete(root, samples=2)  # every instance predicted once: nothing done twice
     assert current(root).released and current(root).run_id == holder.run_id
 
 
