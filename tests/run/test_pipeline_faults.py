@@ -79,23 +79,29 @@ def check_complete(root: RunRoot, samples: int = SAMPLES) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def s3_run_env(seaweedfs: S3Server) -> dict[str, str]:
-    return {**os.environ, **seaweedfs.env(), "LONGEVAL_S3_PATIENCE_S": "180"}
+    """The server's settings, five minutes of patience, and half a second at most between tries: a restarted
+    server is seen at once, not after the 10 s the backoff grows to (`LONGEVAL_S3_RETRY_WAIT_S`)."""
+    return {**os.environ, **seaweedfs.env(), "LONGEVAL_S3_PATIENCE_S": "180", "LONGEVAL_S3_RETRY_WAIT_S": "0.5"}
 
 
 @pytest.fixture(scope="module")
 def outage_run(seaweedfs: S3Server, s3_run_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory):
-    """A run whose S3 server is killed once predictions start landing and restarted 8 s later."""
+    """A run whose S3 server is killed once predictions land and restarted after two prompts' time at the pace
+    the run kept before (the time between its first two commits, at least 2 s): the replica's next commits meet a
+    dead server, however busy the machine."""
     store = f"s3://{seaweedfs.bucket}/faults"
     log = tmp_path_factory.mktemp("outage") / "run.log"
     proc = _start([f"store.root={store}", "run_name=outage"], s3_run_env, log)
 
-    def predictions_landed() -> bool:
-        return bool(seaweedfs.keys("faults/outage/_manifest/predictions/"))
+    def landed(n: int) -> Callable[[], bool]:
+        return lambda: len(seaweedfs.keys("faults/outage/_manifest/predictions/")) >= n
 
-    wait_for(predictions_landed, proc, log, "predictions on S3")
+    wait_for(landed(1), proc, log, "predictions on S3")
+    first = time.monotonic()
+    wait_for(landed(2), proc, log, "a second prediction on S3")
     seaweedfs.crash()
     down_at = time.monotonic()
-    time.sleep(8)
+    time.sleep(max(2.0, 2 * (down_at - first)))  # the outage itself
     seaweedfs.restart()
     code = finish(proc, log)
     return code, time.monotonic() - down_at, log, f"{store}/outage"
