@@ -31,10 +31,10 @@ from tests.s3server import S3Server
 
 pytestmark = pytest.mark.engine
 
-TINY = ["model=tiny_random", "suite.tasks=[niah_single_1,vt]", "suite.lengths=[1024,2048]", "suite.samples=4",
+TINY = ["model=tiny_random", "suite.tasks=[niah_single_1,vt]", "suite.lengths=[1024,2048]", "suite.samples=2",
         "suite.shard_size=2", "model.max_num_seqs=1",
         "cluster.commit_interval_s=0"]  # every prediction committed at once: the tests kill runs between commits
-SAMPLES = 2 * 2 * 4
+SAMPLES = 2 * 2 * 2  # 8 prompts, one at a time: the faults strike after the first two
 TIMEOUT_S = 600
 
 
@@ -112,7 +112,7 @@ def test_an_s3_outage_mid_inference_is_waited_out(outage_run, s3_env: S3Server) 
     assert code == 0, log.read_text()[-3000:]
     check_complete(RunRoot(uri))
     summary = RunRoot(uri).read_json("summary.json")["tasks"]
-    assert [row["n"] for row in summary] == [4, 4, 4, 4]
+    assert [row["n"] for row in summary] == [2, 2, 2, 2]
 
 
 def test_a_killed_driver_on_s3_resumes_without_losing_or_duplicating_rows(
@@ -146,7 +146,7 @@ def test_a_dead_engine_is_started_again_and_the_run_completes(victim: str, tmp_p
     """The actor process killed (a lost node looks the same), or, with vLLM's engine core in a process of its
     own, that process killed (the actor then sees vLLM's EngineDeadError). Two samples a cell: 8 prompts, one at a
     time, leave the actor 7 to die in the middle of; the engine starts are most of the test."""
-    args = [f"store.root={tmp_path}", "run_name=dead", "suite.samples=2"]
+    args = [f"store.root={tmp_path}", "run_name=dead"]
     if victim == "engine_core":
         args.append("model.env.VLLM_ENABLE_V1_MULTIPROCESSING=1")
     log = tmp_path / "run.log"
@@ -169,6 +169,6 @@ def test_a_dead_engine_is_started_again_and_the_run_completes(victim: str, tmp_p
         [pid] = record["engine_core_pids"]
     os.kill(pid, signal.SIGKILL)
     assert finish(proc, log) == 0, log.read_text()[-3000:]
-    check_complete(root, samples=2 * 2 * 2)
+    check_complete(root)
     replicas = {r["replica"] for r in _engine_records(engines)}
     assert replicas == {"pool0/r0", "pool0/r0#1"}, replicas  # the replica, then its second life
