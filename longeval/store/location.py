@@ -10,7 +10,8 @@ nor pickled when a location goes to a Ray worker.
 
 Transient S3 errors (connection refused, timeouts, 5xx, throttling) are retried with exponential backoff for up
 to `patience_s` seconds (default 300, `LONGEVAL_S3_PATIENCE_S`), so a store that restarts mid-run costs a pause,
-not the run. Other failures become a `StoreError` that names the endpoint and what to check.
+not the run; the wait between tries grows up to 10 s (`LONGEVAL_S3_RETRY_WAIT_S`). Other failures become a
+`StoreError` that names the endpoint and what to check.
 
 Two S3 requests go through boto3 instead, set up from the same environment: the conditional PutObject
 (`If-None-Match: *`) behind `Location.create`, which pyarrow cannot send, and the GetObject of a whole-file read
@@ -39,7 +40,14 @@ from tenacity.stop import stop_base
 
 from longeval.errors import DiskFullError, StoreError
 from longeval.store.local import LocalBackend
-from longeval.store.s3 import S3Backend, S3Endpoint, default_patience, is_transient, s3_endpoint_from_env
+from longeval.store.s3 import (
+    S3Backend,
+    S3Endpoint,
+    default_patience,
+    default_retry_wait,
+    is_transient,
+    s3_endpoint_from_env,
+)
 
 __all__ = [
     "Backend",
@@ -353,7 +361,7 @@ class Location:
         """Run one filesystem operation, retrying transient S3 errors, and turn failures into StoreError."""
         retrying = Retrying(
             stop=self._backend.stop(self),
-            wait=wait_exponential(multiplier=0.25, max=10.0 if self.patience_s > 0 else 2.0),
+            wait=wait_exponential(multiplier=0.25, max=default_retry_wait() if self.patience_s > 0 else 2.0),
             retry=retry_if_exception(is_transient),
             reraise=True,
         )

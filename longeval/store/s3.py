@@ -31,11 +31,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_PATIENCE_S",
+    "DEFAULT_RETRY_WAIT_S",
     "ENDPOINT_ENV_VARS",
     "PATIENCE_ENV_VAR",
+    "RETRY_WAIT_ENV_VAR",
     "S3Backend",
     "S3Endpoint",
     "default_patience",
+    "default_retry_wait",
     "is_transient",
     "s3_endpoint_from_env",
 ]
@@ -46,6 +49,10 @@ log = logging.getLogger(__name__)
 ENDPOINT_ENV_VARS = ("LONGEVAL_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 DEFAULT_PATIENCE_S = 300.0
 PATIENCE_ENV_VAR = "LONGEVAL_S3_PATIENCE_S"
+DEFAULT_RETRY_WAIT_S = 10.0
+"""The longest wait between two tries of a transient S3 error (the backoff doubles from 0.25 s up to it): an
+outage costs at most this much beyond its own length."""
+RETRY_WAIT_ENV_VAR = "LONGEVAL_S3_RETRY_WAIT_S"
 
 _AWS_CODE = re.compile(r"AWS Error (\w+)")
 _HTTP_STATUS = re.compile(r"HTTP status (\d{3})")
@@ -115,6 +122,18 @@ def default_patience() -> float:
         return max(0.0, float(value))
     except ValueError as exc:
         raise StoreError(f"{PATIENCE_ENV_VAR}={value!r} is not a number of seconds, e.g. 300") from exc
+
+
+def default_retry_wait() -> float:
+    """The longest wait between two tries: $LONGEVAL_S3_RETRY_WAIT_S, else 10 s (the fault tests shorten it, so
+    a restarted server is seen at once)."""
+    value = os.environ.get(RETRY_WAIT_ENV_VAR, "").strip()
+    if not value:
+        return DEFAULT_RETRY_WAIT_S
+    try:
+        return max(0.0, float(value))
+    except ValueError as exc:
+        raise StoreError(f"{RETRY_WAIT_ENV_VAR}={value!r} is not a number of seconds, e.g. 10") from exc
 
 
 # -- transient errors --------------------------------------------------------------------------------------

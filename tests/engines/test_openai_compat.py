@@ -94,22 +94,6 @@ def test_unreachable_server_is_retried_then_recorded() -> None:
     assert usage["failed"] == 2 and usage["retries"] == 4 and usage["requests"] == 6
 
 
-def test_a_run_whose_every_request_failed_exits_non_zero_with_one_line(tmp_path: Path, tiny_model_path: Path,
-                                                                      capsys) -> None:
-    """Every request failed (nothing listens at the URL): the run is partial, says so in one line, exits 3."""
-    (port,) = free_loopback_ports(1)
-    args = [*TINY, f"model.api.base_url=http://127.0.0.1:{port}/v1", "model.api.mode=completions",
-            "model.api.max_retries=0", "model.api.timeout_s=2", f"store.root={tmp_path}", "run_name=down"]
-    code = main(["run", *args])
-    lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
-    warnings = [line for line in lines if line.startswith("warning:")]
-    assert code == PARTIAL_EXIT, lines
-    assert len(warnings) == 1 and warnings[0].startswith(
-        f"warning: partial run {tmp_path / 'down'}: 6 of 6 instances are not predicted (6 engine errors, 0 not run "
-        "yet); the numbers cover 6 of 6 instances (6 engine errors count as 0). Rerun the same command to finish"), \
-        warnings
-
-
 # -- against the real server --------------------------------------------------------------------------
 
 @pytest.mark.engine
@@ -137,17 +121,28 @@ def test_a_run_over_the_api_sends_exactly_the_instance_tokens(tmp_path: Path, vl
 
 @pytest.mark.engine
 def test_failed_requests_are_recorded_then_retried_by_the_next_run(
-    tmp_path: Path, vllm_server: ApiServer  # noqa: F811
+    tmp_path: Path, vllm_server: ApiServer, capsys  # noqa: F811
 ) -> None:
+    """Every request of the first run failed (nothing listens at its URL): the run is partial, says so in one line,
+    exits 3 and counts the failures in its results; the next run, against the server, retries them."""
     (port,) = free_loopback_ports(1)
-    down = _api_cfg(f"http://127.0.0.1:{port}/v1", f"store.root={tmp_path}", "model.api.max_retries=0",
-                    f"model.api.model={vllm_server.served_name}")
-    first = run(down)
-    root = RunRoot(down.run_root)
+    args = [*TINY, f"model.api.base_url=http://127.0.0.1:{port}/v1", "model.api.mode=completions",
+            "model.api.max_retries=0", "model.api.timeout_s=2", f"model.api.model={vllm_server.served_name}",
+            f"store.root={tmp_path}", "run_name=down"]
+    code = main(["run", *args])
+    lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
+    warnings = [line for line in lines if line.startswith("warning:")]
+    assert code == PARTIAL_EXIT, lines
+    assert len(warnings) == 1 and warnings[0].startswith(
+        f"warning: partial run {tmp_path / 'down'}: 6 of 6 instances are not predicted (6 engine errors, 0 not run "
+        "yet); the numbers cover 6 of 6 instances (6 engine errors count as 0). Rerun the same command to finish"), \
+        warnings
+    root = RunRoot(str(tmp_path / "down"))
     preds = root.read_stage("predictions", PREDICTION_SCHEMA)
     assert preds.num_rows == 6 and all(e.startswith("engine_error: api") for e in preds["error"].to_pylist())
-    assert sum(first.summary["errors"].to_pylist()) == 6  # counted in the results, not hidden
-    up = _api_cfg(vllm_server.base_url, f"store.root={tmp_path}", f"model.api.model={vllm_server.served_name}")
+    assert sum(row["errors"] for row in root.read_json("summary.json")["tasks"]) == 6  # counted, not hidden
+    up = _api_cfg(vllm_server.base_url, f"store.root={tmp_path}", "run_name=down",
+                  f"model.api.model={vllm_server.served_name}")
     second = run(up)
     assert sum(second.summary["errors"].to_pylist()) == 0
     assert second.summary["n"].to_pylist() == [3, 3]

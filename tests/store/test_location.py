@@ -19,7 +19,13 @@ import pytest
 from longeval.errors import StoreError
 from longeval.store import location as files
 from longeval.store.location import Location
-from longeval.store.s3 import ENDPOINT_ENV_VARS, default_patience, is_transient, s3_endpoint_from_env
+from longeval.store.s3 import (
+    ENDPOINT_ENV_VARS,
+    default_patience,
+    default_retry_wait,
+    is_transient,
+    s3_endpoint_from_env,
+)
 
 # -- parsing ---------------------------------------------------------------------------------------------------
 
@@ -111,6 +117,17 @@ def test_patience_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("LONGEVAL_S3_PATIENCE_S", "soon")
     with pytest.raises(StoreError, match="LONGEVAL_S3_PATIENCE_S='soon'"):
         default_patience()
+
+
+def test_the_longest_wait_between_tries_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fault tests shorten it (a restarted server seen at once); a run keeps 10 s."""
+    monkeypatch.delenv("LONGEVAL_S3_RETRY_WAIT_S", raising=False)
+    assert default_retry_wait() == 10.0
+    monkeypatch.setenv("LONGEVAL_S3_RETRY_WAIT_S", "0.5")
+    assert default_retry_wait() == 0.5
+    monkeypatch.setenv("LONGEVAL_S3_RETRY_WAIT_S", "soon")
+    with pytest.raises(StoreError, match="LONGEVAL_S3_RETRY_WAIT_S='soon'"):
+        default_retry_wait()
 
 
 @pytest.mark.parametrize(("exc", "transient"), [
