@@ -9,8 +9,8 @@ a `started` property, which `benchmarks/test_time.py` groups the suite's cost by
 the sampling off.
 
 Each kind is also a marker (`@pytest.mark.ray`, ...; a module's `pytestmark` covers its tests), and `make
-test-quick` runs the tests that carry none. So that the quick loop never starts a server, a test that carries no
-such marker and starts one fails here, saying which marker to add.
+test-quick` runs the tests that carry none. So that the quick loop never starts a server, there a test that
+carries no such marker and makes one's process fails, saying which marker to add (`CHECK_MARKERS`).
 """
 
 from __future__ import annotations
@@ -73,7 +73,9 @@ class Seen:
 
 
 CHECK_MARKERS = os.environ.get("LONGEVAL_CHECK_MARKERS", "0") == "1"
-"""Fail a test that starts a real part without its marker (on once every test is marked)."""
+"""Fail a test that starts a real part without its marker: on in `make test-quick`, where such a test would start
+it. Off in `make test`, which runs every test anyway: a process can outlive the test that made it, and a full run
+should not fail on a watcher's attribution."""
 _ENGINES_IN_PROCESS: list[float] = []
 """When a `VllmEngine` was built in this process (no child process shows it)."""
 _SEEN: Seen | None = None

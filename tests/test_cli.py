@@ -347,6 +347,9 @@ def unscored(generated, tmp_path):
     return tmp_path / "g", [*STAND_IN, f"store.root={tmp_path}", "run_name=g"]
 
 
+@pytest.mark.ray
+
+
 def test_score_on_a_partial_root_says_what_is_missing_and_exits_3(capsys, unscored):
     """1 of 2 instances predicted: `score` scores it, then says the run is partial (was: `done:` and exit 0)."""
     from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, Prediction
@@ -384,6 +387,12 @@ def test_score_infer_and_report_on_a_root_without_instances_are_one_error_line(c
             "you meant (store.root, run_name, model, suite), or generate it first: `longeval run` with these "
             "overrides"), (command, text)
         assert not (tmp_path / "typo").exists()
+
+
+@pytest.mark.ray
+
+
+@pytest.mark.engine
 
 
 def test_infer_exits_3_while_instances_are_left_without_a_final_prediction(capsys, unscored, monkeypatch):

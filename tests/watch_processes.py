@@ -45,7 +45,8 @@ def _clock_offset() -> float:
 
 def multi_node(raylets: list[str]) -> bool:
     """Two raylets of one Ray (one GCS): a cluster of nodes, not two separate Rays of one test."""
-    clusters = [next((a for a in doing.split() if a.startswith("--gcs-address=")), doing) for doing in raylets]
+    clusters = [next((a.rsplit(":", 1)[-1] for a in doing.split() if a.startswith("--gcs-address=")), doing)
+                for doing in raylets]  # by the GCS port: a node may name the head by another of its addresses
     return len(clusters) > len(set(clusters))
 
 

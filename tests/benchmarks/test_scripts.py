@@ -186,3 +186,4 @@ def test_two_rays_of_one_test_are_not_a_cluster_and_two_nodes_of_one_are() -> No
 
     one, other = "raylet /x/raylet --gcs-address=127.0.0.1:41675 --x", "raylet /x/raylet --gcs-address=127.0.0.1:5"
     assert not multi_node([one, other]) and multi_node([one, other, one]) and not multi_node([one])
+    assert multi_node([one, "raylet /x/raylet --gcs-address=10.0.0.2:41675"])  # the head by another address

@@ -23,6 +23,7 @@ def test_requests_are_distinct_and_deterministic():
 
 
 @pytest.mark.engine
+@pytest.mark.ray
 def test_built_pool_feeds_mrcr_instances(tmp_path, tiny_model_path, capsys):
     out = tmp_path / "pool.parquet"
     code = main(["mrcr", "build-pool", str(out), "--per-key", "2", "--topics", "2", "--max-new-tokens", "48",

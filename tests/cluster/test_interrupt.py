@@ -48,6 +48,9 @@ def test_sigterm_ends_the_block_as_terminated_even_after_a_library_replaced_its_
     interrupt.check()
 
 
+@pytest.mark.ray
+
+
 def test_sigterm_gives_the_lease_back_says_how_to_resume_and_exits_143(tmp_path):
     """What `scancel` and `ray job stop` send: the run ends as for Ctrl-C, and the next run needs no takeover."""
     argv = ["run", "model=tiny_random", "suite.tasks=[niah_single_2]", "suite.lengths=[4096]", "suite.samples=400",
@@ -71,6 +74,7 @@ def test_sigterm_gives_the_lease_back_says_how_to_resume_and_exits_143(tmp_path)
 
 
 @pytest.mark.parametrize("stage", ["instances", pytest.param("predictions", marks=pytest.mark.engine)])
+@pytest.mark.ray
 def test_ctrl_c_says_how_to_resume_and_exits_130(tmp_path, stage):
     # One-instance shards: generation (200) and inference (40: about 20 s of prompts, all generated before the
     # first runs) both outlast the wait; predictions committed row by row, so the first lands as soon as a prompt

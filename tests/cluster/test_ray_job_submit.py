@@ -49,6 +49,9 @@ def _run_on_loopback_cluster(overrides: list[str]) -> tuple[subprocess.Completed
     return result, tag, seconds
 
 
+@pytest.mark.ray
+
+
 def test_the_scripts_exit_code_is_the_jobs(tmp_path):
     result, _, _ = _run_on_loopback_cluster([*BAD_OVERRIDES, f"store.root={tmp_path}"])
     log = result.stdout
@@ -56,6 +59,9 @@ def test_the_scripts_exit_code_is_the_jobs(tmp_path):
     assert "unknown task 'niah_single_9'" in log
     assert "finished with exit code 2" in log
     assert not any(tmp_path.iterdir())  # failed before writing anything
+
+
+@pytest.mark.ray
 
 
 def test_an_adaptive_run_with_a_pool_per_length_bucket_runs_as_a_job(tiny_model_path, tmp_path):

@@ -79,6 +79,7 @@ def ray_head() -> Iterator[tuple[str, dict[str, str]]]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+@pytest.mark.ray
 def test_a_run_beside_a_running_ray_starts_its_own_says_so_and_prints_no_ray_deprecation_warning(ray_head, tmp_path):
     """One whole run (every stage, so the generate and score pools too) in a process of its own, for what reaches
     its terminal: beside a running Ray it starts a private one and says so, with no traceback; and it prints no
@@ -100,6 +101,7 @@ def test_a_run_beside_a_running_ray_starts_its_own_says_so_and_prints_no_ray_dep
 
 
 @pytest.mark.parametrize("how", ["cluster.address", "RAY_ADDRESS"])
+@pytest.mark.ray
 def test_a_named_address_joins_the_running_ray(ray_head, tmp_path, how):
     address, env = ray_head
     if how == "RAY_ADDRESS":
@@ -123,6 +125,7 @@ def test_an_unreachable_address_is_one_line_not_a_traceback(tmp_path):
 
 @pytest.mark.parametrize(("root", "given", "seen"), [("s3://bucket/runs", None, "2"), ("s3://bucket/runs", "4", "4"),
                                                    ("runs", None, "None")])
+@pytest.mark.ray
 def test_a_local_rays_workers_on_an_s3_root_allocate_from_two_heaps_unless_the_environment_says_otherwise(
     root: str, given: str | None, seen: str
 ) -> None:
@@ -158,6 +161,9 @@ def _error_lines(proc: subprocess.CompletedProcess[str]) -> list[str]:
     return [line.strip() for line in (proc.stdout + proc.stderr).splitlines() if line.strip().startswith("error:")]
 
 
+@pytest.mark.ray
+
+
 def test_a_ray_whose_port_is_taken_is_one_error_line_naming_the_port_its_holder_and_the_setting(tmp_path):
     """Ray's node times out at start-up when its metrics agent cannot bind its port, as on a machine where another
     process holds it: Ray's `Exception: The current node timed out during startup` traceback and exit 1 became one
@@ -176,6 +182,9 @@ def test_a_ray_whose_port_is_taken_is_one_error_line_naming_the_port_its_holder_
                            f"(cluster.metrics_export_port) is taken by pid {os.getpid()} ("), line
     assert "To fix: set cluster.metrics_export_port to a free port, or to null (a free one Ray picks)" in line
     assert "Ray's logs: " in line and not any((tmp_path / "x" / "instances").glob("*.parquet"))
+
+
+@pytest.mark.ray
 
 
 def test_a_ray_start_up_timeout_is_one_error_line_naming_the_setting(tmp_path):

@@ -12,8 +12,11 @@ import textwrap
 import time
 
 import psutil
+import pytest
 
 from tests.cli_subprocess import REPO
+
+pytestmark = [pytest.mark.ray]
 
 DRIVER = textwrap.dedent("""
     import json, subprocess, sys, time

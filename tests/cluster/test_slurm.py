@@ -184,6 +184,12 @@ def _sbatch(slurm: LocalSlurm, tmp_path: Path, overrides: list[str]) -> tuple[in
     return result.returncode, log, job_id
 
 
+@pytest.mark.ray
+
+
+@pytest.mark.slurm
+
+
 def test_sbatch_runs_the_quick_suite_on_a_ray_cluster(slurm, tiny_model_path, tmp_path):
     store = tmp_path / "runs"
     started = time.monotonic()
@@ -195,6 +201,9 @@ def test_sbatch_runs_the_quick_suite_on_a_ray_cluster(slurm, tiny_model_path, tm
     state = slurm.command("scontrol", "show", "job", job_id).stdout
     assert "JobState=COMPLETED" in state and "ExitCode=0:0" in state, state
     print(f"sbatch --wait, 1 node: {time.monotonic() - started:.0f} s\n{log[-2500:]}")
+
+
+@pytest.mark.slurm
 
 
 def test_the_batch_jobs_exit_code_is_the_evaluations(slurm, tmp_path):

@@ -24,6 +24,9 @@ def test_a_run_name_cannot_leave_the_store_root(tmp_path, name):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.ray
+
+
 def test_secrets_are_redacted_by_value_and_in_urls(tmp_path):
     token = "hf_Zq81secretvalue"
     password = "pa55w0rd-in-url"
@@ -53,6 +56,7 @@ PLANTED = {
 
 
 @pytest.mark.engine
+@pytest.mark.ray
 def test_no_planted_secret_reaches_any_file_a_run_writes(tmp_path):
     """A real run (tiny model, W&B offline) with a secret planted every way: no file under the run root, the W&B
     folder (binary .wandb included) or Ray's session logs holds any of them, and the engine still got its env."""

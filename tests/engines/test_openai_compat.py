@@ -97,6 +97,7 @@ def test_unreachable_server_is_retried_then_recorded() -> None:
 # -- against the real server --------------------------------------------------------------------------
 
 @pytest.mark.engine
+@pytest.mark.ray
 def test_a_run_over_the_api_sends_exactly_the_instance_tokens(tmp_path: Path, vllm_server: ApiServer) -> None:  # noqa: F811
     cfg = _api_cfg(vllm_server.base_url, f"store.root={tmp_path}", "model.api.concurrency=3",
                    f"model.api.model={vllm_server.served_name}")
@@ -120,6 +121,7 @@ def test_a_run_over_the_api_sends_exactly_the_instance_tokens(tmp_path: Path, vl
 
 
 @pytest.mark.engine
+@pytest.mark.ray
 def test_failed_requests_are_recorded_then_retried_by_the_next_run(
     tmp_path: Path, vllm_server: ApiServer, capsys  # noqa: F811
 ) -> None:
@@ -149,6 +151,7 @@ def test_failed_requests_are_recorded_then_retried_by_the_next_run(
 
 
 @pytest.mark.engine
+@pytest.mark.ray
 def test_chat_mode_over_the_api(tmp_path: Path, vllm_server: ApiServer) -> None:  # noqa: F811
     cfg = load_config([*TINY, "suite.tasks=[niah_single_1]", f"model.api.base_url={vllm_server.base_url}",
                        "model.api.mode=chat", "model.chat_template=false", f"model.api.model={vllm_server.served_name}",
@@ -189,6 +192,7 @@ def test_rate_limits_are_waited_out_within_the_concurrency_limit(vllm_server: Ap
 
 
 @pytest.mark.engine
+@pytest.mark.ray
 def test_builders_complete_through_the_api(vllm_server: ApiServer, tiny_model_path: Path) -> None:  # noqa: F811
     """TAIL's question generation and MRCR's writing pools call `complete`: an API model can be the generator."""
     from longeval.builders.complete import Request, complete

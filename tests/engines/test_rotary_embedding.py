@@ -15,7 +15,7 @@ from longeval.engines.vllm_engine import VllmEngine
 from longeval.errors import ConfigError
 from tests.rope_layouts import QWEN_YARN, YARN_DOCUMENTED, YARN_WITH_THETA, layout_model
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine]
 
 IN_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
 

@@ -88,6 +88,9 @@ def _colours(png: bytes) -> tuple[int, float]:
     return int(np.unique(packed).size), float(np.mean(packed != 0xFFFFFF))
 
 
+@pytest.mark.browser
+
+
 def test_the_page_loads_offline_without_errors(rendered) -> None:
     assert rendered.title == "longeval report"
     assert [m for m in rendered.console if m[0] in ("error", "warning")] == []
@@ -95,6 +98,9 @@ def test_the_page_loads_offline_without_errors(rendered) -> None:
     assert rendered.dialogs == []  # model outputs with <script> stay text
     assert rendered.scripts == 0
     assert rendered.requests and all(u.startswith(("file://", "data:")) for u in rendered.requests), rendered.requests
+
+
+@pytest.mark.browser
 
 
 def test_every_plot_is_present_and_rendered(rendered) -> None:
@@ -107,10 +113,16 @@ def test_every_plot_is_present_and_rendered(rendered) -> None:
         assert distinct > 20 and inked > 0.02, f"plot {name} looks blank ({distinct} colours, {inked:.1%} inked)"
 
 
+@pytest.mark.browser
+
+
 def test_the_screenshot_is_not_blank(rendered) -> None:
     distinct, inked = _colours(rendered.screenshot)
     assert distinct > 200
     assert inked > 0.05
+
+
+@pytest.mark.browser
 
 
 def test_the_leaderboard_shows_the_expected_numbers(rendered) -> None:
@@ -123,6 +135,9 @@ def test_the_leaderboard_shows_the_expected_numbers(rendered) -> None:
         assert rendered.cells[f"{key}/claimed"] == "32K"
     assert [rendered.cells[f"ruler/model-a/L{n}"] for n in (4096, 8192, 16384)] == ["100.00", "90.00", "50.00"]
     assert rendered.cells["compare/model-b/ruler/overall/all/diff"] == "3.33"
+
+
+@pytest.mark.browser
 
 
 def test_the_per_instance_data_are_linked(rendered) -> None:

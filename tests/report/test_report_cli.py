@@ -203,6 +203,9 @@ def _partial_report(capsys, line: str, *argv: str) -> str:
     return text
 
 
+@pytest.mark.ray
+
+
 def test_a_root_with_nothing_scored_is_partial_whichever_form_reports_it(capsys, unscored, tmp_path) -> None:
     """Was: `report RUN_ROOT -o` an error (exit 2, "run `longeval score` first"), the overrides form exit 3, and
     the overrides form's page without the banner. Now both forms: exit 3, one line, the banner."""
@@ -221,6 +224,9 @@ def test_a_root_with_nothing_scored_is_partial_whichever_form_reports_it(capsys,
     assert code == 2 and text == (f"error: run root {RunRoot(str(path)).uri} has no summary/ and no "
                                   "scores/scores.parquet; it holds no instances either: run `longeval run` with its "
                                   "overrides first"), text
+
+
+@pytest.mark.ray
 
 
 def test_a_root_being_written_with_nothing_scored_is_partial_not_complete(capsys, unscored, tmp_path) -> None:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
+
 from longeval.report.html import write_report
 from longeval.report.runs import load_scores
 from longeval.stages.summarise import summarise_root
 from longeval.stats.compare import compare_scores
 from longeval.store.run_root import RunRoot
 from tests.report.report_helpers import build_run
+
+
+@pytest.mark.s3
 
 
 def test_report_reads_and_summarises_s3_run_roots(s3_env, tmp_path) -> None:

@@ -105,6 +105,12 @@ def test_a_current_run_says_nothing_and_a_partial_one_says_what_is_missing() -> 
 # -- the four situations of issue #24, on real run roots --------------------------------------------------------
 
 
+@pytest.mark.ray
+
+
+@pytest.mark.engine
+
+
 def test_a_complete_current_run_reports_exit_0(capsys, copy, tmp_path) -> None:
     path, overrides = copy
     code, text = _cli(capsys, "report", *overrides)
@@ -113,6 +119,12 @@ def test_a_complete_current_run_reports_exit_0(capsys, copy, tmp_path) -> None:
     assert status["state"] == "current" and status["complete"] and status["scored"] == 12
     code, text = _cli(capsys, "report", str(path), "-o", str(tmp_path / "r.html"))
     assert code == 0 and 'class="banner"' not in (tmp_path / "r.html").read_text(), text
+
+
+@pytest.mark.ray
+
+
+@pytest.mark.engine
 
 
 def test_scores_of_predictions_redone_after_scoring_are_refused(capsys, copy, tmp_path) -> None:
@@ -138,6 +150,12 @@ def test_scores_of_predictions_redone_after_scoring_are_refused(capsys, copy, tm
     assert _cli(capsys, "report", str(path), "-o", str(tmp_path / "r.html"))[0] == 0
 
 
+@pytest.mark.ray
+
+
+@pytest.mark.engine
+
+
 def test_predictions_made_after_scoring_make_the_report_partial(capsys, copy, tmp_path) -> None:
     """`score` on a partial root, then `infer`: the report must not summarise the old scores as the whole run."""
     path, overrides = copy
@@ -159,6 +177,12 @@ def test_predictions_made_after_scoring_make_the_report_partial(capsys, copy, tm
     assert '<p class="banner" role="alert">tiny-random: partial run' in page and "3 predictions are not scored" in page
 
 
+@pytest.mark.ray
+
+
+@pytest.mark.engine
+
+
 def test_summaries_older_than_the_scores_are_computed_again(capsys, copy, tmp_path) -> None:
     """`report` on a partial root, then `infer` and `score` alone: `report -o` must not show the old summaries."""
     path, overrides = copy
@@ -172,6 +196,12 @@ def test_summaries_older_than_the_scores_are_computed_again(capsys, copy, tmp_pa
     assert code == 0 and f"tiny-random: summaries computed from the scores and written to {root.uri}/summary/" in text
     assert sum(root.read_stage("summary", names=["tasks"])["n"].to_pylist()) == 12
     assert _cli(capsys, "report", str(path), "-o", str(tmp_path / "r.html"))[1].count("summaries computed") == 0
+
+
+@pytest.mark.ray
+
+
+@pytest.mark.engine
 
 
 def test_scores_whose_predictions_shard_was_deleted_are_refused(capsys, copy, tmp_path) -> None:
@@ -189,6 +219,12 @@ def test_scores_whose_predictions_shard_was_deleted_are_refused(capsys, copy, tm
     assert root.read_json("status.json")["scores_without_prediction"] == 3
 
 
+@pytest.mark.ray
+
+
+@pytest.mark.engine
+
+
 def test_status_counts_only_the_current_plan_on_a_reused_root(capsys, copy, scored) -> None:
     path, overrides = copy
     fewer = [o if not o.startswith("suite.tasks=") else "suite.tasks=[niah_single_1]" for o in overrides]
@@ -200,6 +236,12 @@ def test_status_counts_only_the_current_plan_on_a_reused_root(capsys, copy, scor
     code, text = _cli(capsys, "compare", str(path), str(scored), "--resamples", "100")  # config.yaml: the new plan
     assert code == 0 and "matched 6 instance(s) by instance_id: 0 of A's 6 and 6 of B's 12 have no partner" in text, \
         text
+
+
+@pytest.mark.ray
+
+
+@pytest.mark.engine
 
 
 def test_scores_from_before_fingerprints_are_partial_until_rescored(capsys, copy) -> None:

@@ -107,12 +107,24 @@ def outage_run(seaweedfs: S3Server, s3_run_env: dict[str, str], tmp_path_factory
     return code, time.monotonic() - down_at, log, f"{store}/outage"
 
 
+@pytest.mark.ray
+
+
+@pytest.mark.s3
+
+
 def test_an_s3_outage_mid_inference_is_waited_out(outage_run, s3_env: S3Server) -> None:
     code, _, log, uri = outage_run
     assert code == 0, log.read_text()[-3000:]
     check_complete(RunRoot(uri))
     summary = RunRoot(uri).read_json("summary.json")["tasks"]
     assert [row["n"] for row in summary] == [2, 2, 2, 2]
+
+
+@pytest.mark.ray
+
+
+@pytest.mark.s3
 
 
 def test_a_killed_driver_on_s3_resumes_without_losing_or_duplicating_rows(
@@ -141,6 +153,7 @@ def _engine_records(folder: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("victim", ["actor", "engine_core"])
+@pytest.mark.ray
 def test_a_dead_engine_is_started_again_and_the_run_completes(victim: str, tmp_path: Path,
                                                                tiny_model_path: Path) -> None:
     """The actor process killed (a lost node looks the same), or, with vLLM's engine core in a process of its

@@ -80,6 +80,9 @@ def finished_copy(finished, tmp_path) -> tuple[RunRoot, list[str]]:
     return RunRoot(str(tmp_path / "done")), [*FINISHED, f"store.root={tmp_path}"]
 
 
+@pytest.mark.ray
+
+
 def test_a_smaller_suite_on_the_same_root_reports_only_its_own_instances(tmp_path):
     """Ray's actor-restart line (ray #53727) as a fresh process's terminal shows it is checked on the `longeval
     run` subprocess of `test_the_table_shows_n_intervals_all_failure_cells_and_incomplete_runs` (the same score
@@ -102,6 +105,9 @@ def test_a_smaller_suite_on_the_same_root_reports_only_its_own_instances(tmp_pat
     assert "niah_single_1" not in second
 
 
+@pytest.mark.ray
+
+
 def test_more_samples_than_a_finished_shard_holds_are_refused(tmp_path):
     first = [*BASE, "suite.tasks=[vt]", "suite.samples=1", f"store.root={tmp_path}", "run_name=r"]
     code, _, gen = cli("generate", *first)
@@ -120,6 +126,9 @@ def test_default_run_names_differ_per_suite(tmp_path):
     roots = [re.search(r"-> (\S+)", text).group(1) for _, _, text in (one, two)]
     assert roots[0] != roots[1]
     assert all(re.fullmatch(rf"{re.escape(str(tmp_path))}/tiny-random-quick-seed42-[0-9a-f]{{8}}", r) for r in roots)
+
+
+@pytest.mark.ray
 
 
 def test_a_damaged_shard_is_named_set_aside_and_redone(finished_copy):
@@ -159,6 +168,9 @@ def test_bad_input_gets_one_line_naming_the_setting_and_the_expected_value(tmp_p
     assert not any(tmp_path.iterdir())  # failed before any work
 
 
+@pytest.mark.ray
+
+
 def test_a_rerun_with_nothing_left_to_do_does_not_start_ray(finished, finished_copy):
     """The rerun is a `longeval` subprocess: RAY_ADDRESS must reach a fresh process, which would start (join) Ray
     if it tried."""
@@ -170,6 +182,9 @@ def test_a_rerun_with_nothing_left_to_do_does_not_start_ray(finished, finished_c
     assert again.returncode == 0, text
     assert "nothing left to do" in text and "Ray not started" in text
     assert tasks_table(root) == [("vt", 2)]
+
+
+@pytest.mark.ray
 
 
 def test_the_table_shows_n_intervals_all_failure_cells_and_incomplete_runs(tmp_path):
@@ -216,6 +231,9 @@ def test_the_table_shows_n_intervals_all_failure_cells_and_incomplete_runs(tmp_p
     text = page.read_text()
     assert 'class="failed"' in text and ">all too long<" in text and "INCOMPLETE" not in text
     assert "<th>n</th>" in text or ">n<" in text
+
+
+@pytest.mark.ray
 
 
 def test_preflight_runs_only_when_an_instance_shard_is_missing(finished_copy, monkeypatch):

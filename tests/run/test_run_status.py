@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from longeval.cli import main
 from longeval.config import load_config
 from longeval.run.consistency import PARTIAL_EXIT
@@ -13,6 +15,9 @@ from longeval.store.run_root import RunRoot
 
 TINY = ["model=tiny_random", "suite.tasks=[niah_single_1]", "suite.lengths=[1024]", "suite.samples=3",
         "suite.shard_size=2"]
+
+
+@pytest.mark.ray
 
 
 def test_a_run_without_predictions_reports_itself_incomplete(tmp_path: Path, tiny_model_path: Path, capsys) -> None:

@@ -6,6 +6,7 @@ import time
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, Prediction
 from longeval.scoring.deadline import DeadlineScorer
@@ -15,6 +16,9 @@ from tests.cli_subprocess import flat, longeval
 
 PATHOLOGICAL = "Answer" + " " * 2000 + "?"  # the IDK output of issue 14: nested quantifiers take forever on it
 PLUGIN = "plugins=[tests.scoring.slow_judge]"
+
+
+@pytest.mark.ray
 
 
 def test_a_stalled_scorer_is_cut_at_the_deadline_and_the_run_completes(tmp_path, smollm2_path):

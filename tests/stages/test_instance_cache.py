@@ -115,6 +115,9 @@ def test_a_miss_writes_the_run_root_once_and_a_hit_is_a_hard_link(
         RunRoot(str(tmp_path / "a")).read_stage("instances", INSTANCE_SCHEMA))
 
 
+@pytest.mark.s3
+
+
 def test_an_s3_hit_is_a_server_side_copy(
     s3_env, tiny_model_path: Path, codec_calls: dict[str, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -85,6 +85,7 @@ def test_merged_predictions_are_found_by_name_without_reading_them(tmp_path: Pat
 
 
 @pytest.mark.parametrize("compact", [True, False], ids=["merged", "parts"])
+@pytest.mark.ray
 def test_the_driver_reads_no_outputs_and_scores_equal_the_whole_root_scored_at_once(tmp_path: Path,
                                                                                    compact: bool) -> None:
     root = _root(tmp_path / "run", compact=compact)

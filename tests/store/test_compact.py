@@ -13,6 +13,8 @@ from longeval.store.run_root import RunRoot
 from longeval.store.shards import ORPHANS, ShardName, compacted_prefix
 from tests.s3server import S3Server
 
+pytestmark = [pytest.mark.s3]
+
 SHARDS = [ShardName("ruler", "vt", 4096, 0, i) for i in range(3)]
 
 

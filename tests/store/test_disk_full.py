@@ -105,6 +105,9 @@ def _cli(capsys, caplog, *argv: str) -> tuple[int, str, str]:
     return code, out.out, out.out + out.err + caplog.text
 
 
+@pytest.mark.ray
+
+
 def test_generating_onto_a_full_disk_prints_one_line(capsys, caplog) -> None:
     """A real full disk: a 64 KiB tmpfs (needs the right to mount; skipped without it)."""
     tiny = Path(f"/tmp/longeval-full-{uuid.uuid4().hex[:8]}")
@@ -123,6 +126,12 @@ def test_generating_onto_a_full_disk_prints_one_line(capsys, caplog) -> None:
     finally:
         subprocess.run(["umount", str(tiny)], check=False)
         tiny.rmdir()
+
+
+@pytest.mark.ray
+
+
+@pytest.mark.engine
 
 
 def test_inferring_onto_a_full_disk_stops_with_one_line_and_no_restart(tmp_path, capsys, caplog) -> None:

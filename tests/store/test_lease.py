@@ -55,11 +55,17 @@ def _take(root: RunRoot, **kwargs) -> lease.Lease:
 # -- the store's atomic create -------------------------------------------------------------------------------
 
 
+@pytest.mark.s3
+
+
 def test_create_publishes_only_the_first_writer(root: RunRoot) -> None:
     assert root.create_bytes("_lease/x.json", b"first")
     assert not root.create_bytes("_lease/x.json", b"second")
     assert root.read_bytes("_lease/x.json") == b"first"
     assert root.files("_lease") == ["x.json"]  # no temp file left behind
+
+
+@pytest.mark.s3
 
 
 def test_racing_creates_have_one_winner(root: RunRoot) -> None:
@@ -81,6 +87,9 @@ def test_racing_creates_have_one_winner(root: RunRoot) -> None:
 # -- taking and refusing -------------------------------------------------------------------------------------
 
 
+@pytest.mark.s3
+
+
 def test_a_held_root_refuses_with_one_line_naming_the_holder(root: RunRoot) -> None:
     with _take(root, command="longeval run") as held:
         assert current(root) == held.holder
@@ -91,6 +100,9 @@ def test_a_held_root_refuses_with_one_line_naming_the_holder(root: RunRoot) -> N
     for part in (root.uri, f"host {socket.gethostname()} pid {os.getpid()}", "longeval run",
                  f"run {held.holder.run_id}", "started ", "last heartbeat ", "store.take_over_lease=true"):
         assert part in message
+
+
+@pytest.mark.s3
 
 
 def test_racing_acquirers_have_exactly_one_winner(root: RunRoot) -> None:
@@ -117,6 +129,7 @@ def test_racing_acquirers_have_exactly_one_winner(root: RunRoot) -> None:
 
 
 @pytest.mark.parametrize("forced", [False, True], ids=["stale", "take_over"])
+@pytest.mark.s3
 def test_racing_takeovers_have_exactly_one_winner(root: RunRoot, forced: bool,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Of processes taking over the same stale lease, or forcing the same live one, one wins; the others see
@@ -154,6 +167,9 @@ def test_racing_takeovers_have_exactly_one_winner(root: RunRoot, forced: bool,
     won[0].release()
 
 
+@pytest.mark.s3
+
+
 def test_a_live_holder_on_another_host_is_refused_until_stale(root: RunRoot, caplog) -> None:
     _plant(root)
     with pytest.raises(LeaseHeldError, match="host elsewhere pid 4242"):
@@ -168,6 +184,9 @@ def test_a_live_holder_on_another_host_is_refused_until_stale(root: RunRoot, cap
     taken.release()
 
 
+@pytest.mark.s3
+
+
 def test_a_dead_pid_on_this_host_is_taken_over_at_once(root: RunRoot, caplog) -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
@@ -178,9 +197,15 @@ def test_a_dead_pid_on_this_host_is_taken_over_at_once(root: RunRoot, caplog) ->
     taken.release()
 
 
+@pytest.mark.s3
+
+
 def test_a_reused_pid_is_not_the_holder(root: RunRoot) -> None:
     _plant(root, host=socket.gethostname(), pid=os.getpid(), pid_started=1.0)  # our pid, another start time
     _take(root).release()
+
+
+@pytest.mark.s3
 
 
 def test_take_over_takes_a_live_holders_lease(root: RunRoot) -> None:
@@ -191,6 +216,9 @@ def test_take_over_takes_a_live_holders_lease(root: RunRoot) -> None:
 
 
 # -- heartbeat and release -----------------------------------------------------------------------------------
+
+
+@pytest.mark.s3
 
 
 def test_release_frees_the_root_for_the_next_run_without_a_takeover(root: RunRoot, caplog) -> None:
@@ -212,6 +240,9 @@ def _wait(condition: Callable[[], bool], timeout: float = 20.0) -> bool:
     return False
 
 
+@pytest.mark.s3
+
+
 def test_the_heartbeat_is_renewed_and_a_lost_lease_noticed(root: RunRoot, caplog) -> None:
     held = _take(root, heartbeat_s=0.2)
     first = held.holder.heartbeat
@@ -225,12 +256,18 @@ def test_the_heartbeat_is_renewed_and_a_lost_lease_noticed(root: RunRoot, caplog
     thief.release()
 
 
+@pytest.mark.s3
+
+
 def test_hold_releases_on_errors_and_ctrl_c(root: RunRoot) -> None:
     store = load_config().store
     for exc in (RuntimeError("boom"), KeyboardInterrupt()):
         with pytest.raises(type(exc)), lease.hold(root, store, command="longeval run"):
             raise exc
         assert current(root).released
+
+
+@pytest.mark.s3
 
 
 def test_a_withdrawn_first_lease_leaves_no_claim_but_a_taken_over_one_stays_released(root: RunRoot) -> None:
@@ -252,6 +289,9 @@ def test_a_withdrawn_first_lease_leaves_no_claim_but_a_taken_over_one_stays_rele
     assert current(root).generation == 2 and current(root).released
 
 
+@pytest.mark.s3
+
+
 def test_a_reader_warns_and_goes_on_while_a_writer_refuses(root: RunRoot, caplog) -> None:
     store = load_config().store
     assert lease.writer_warning(root) is None
@@ -265,6 +305,9 @@ def test_a_reader_warns_and_goes_on_while_a_writer_refuses(root: RunRoot, caplog
     assert warning is not None and "\n" not in warning and "numbers may change" in warning
     assert warning in caplog.text
     assert current(root).run_id == "theirs"  # the reader neither took nor released it
+
+
+@pytest.mark.s3
 
 
 def test_an_unreadable_claim_counts_as_stale(root: RunRoot) -> None:
@@ -289,6 +332,8 @@ HELD = ["model=tiny_random", "model.engine=stand_in", "suite.tasks=[niah_single_
 
 
 @pytest.mark.ray
+@pytest.mark.engine
+@pytest.mark.s3
 def test_a_second_run_on_a_held_root_refuses_at_once(tmp_path: Path, tiny_model_path: Path) -> None:
     """Two `longeval run` processes. The first is stopped (SIGSTOP) once it holds the lease, so it is still
     running, whatever the machine's load, when the second is refused; it then goes on and finishes. The lease is
@@ -324,6 +369,9 @@ def test_a_second_run_on_a_held_root_refuses_at_once(tmp_path: Path, tiny_model_
     assert current(root).released and current(root).run_id == holder.run_id
 
 
+@pytest.mark.s3
+
+
 def test_compare_and_report_warn_about_a_root_being_written(tmp_path: Path, capsys) -> None:
     from longeval import cli
     root = RunRoot(str(tmp_path / "run"))
@@ -336,6 +384,9 @@ def test_compare_and_report_warn_about_a_root_being_written(tmp_path: Path, caps
 
 
 # -- the fence: a taken-over run's replicas write nothing more ------------------------------------------------
+
+
+@pytest.mark.s3
 
 
 def test_a_taken_over_runs_replica_writer_commits_nothing_more(root: RunRoot) -> None:

@@ -325,12 +325,18 @@ def bucket(s3_env) -> str:
     return s3_env.bucket
 
 
+@pytest.mark.s3
+
+
 def test_s3_stat_and_exists(bucket: str) -> None:
     info = files.stat(f"s3://{bucket}/files/a.txt")
     assert (info.type, info.size) == (pafs.FileType.File, 5)
     assert files.stat(f"s3://{bucket}/files/sub").type == pafs.FileType.Directory
     assert files.stat(f"s3://{bucket}/files/absent").type == pafs.FileType.NotFound
     assert files.exists(f"s3://{bucket}/files/a.txt") and not files.exists(f"s3://{bucket}/files/sub")
+
+
+@pytest.mark.s3
 
 
 def test_s3_listing(bucket: str) -> None:
@@ -342,9 +348,15 @@ def test_s3_listing(bucket: str) -> None:
     assert location.has_files("sub") and not location.has_files("absent")
 
 
+@pytest.mark.s3
+
+
 def test_s3_listing_a_missing_bucket_says_so(s3_env) -> None:
     with pytest.raises(StoreError, match="bucket 'no-such-bucket-longeval' does not exist"):
         Location("s3://no-such-bucket-longeval/run").files("x")
+
+
+@pytest.mark.s3
 
 
 def test_s3_open_read_and_put(bucket: str) -> None:
@@ -360,6 +372,9 @@ def test_s3_open_read_and_put(bucket: str) -> None:
     assert not location.exists("new/d.txt")
     with pytest.raises(StoreError, match="the object does not exist"):
         location.read_bytes("new/d.txt")
+
+
+@pytest.mark.s3
 
 
 def test_s3_copies_are_server_side_and_publish_whole_objects(bucket: str, s3_env, tmp_path: Path) -> None:
@@ -382,6 +397,9 @@ def test_s3_copies_are_server_side_and_publish_whole_objects(bucket: str, s3_env
         other.delete("a.txt")
 
 
+@pytest.mark.s3
+
+
 def test_s3_touch_writes_the_object_again(bucket: str) -> None:
     location = Location(f"s3://{bucket}/files")
     before = location.info("a.txt").mtime
@@ -392,9 +410,15 @@ def test_s3_touch_writes_the_object_again(bucket: str) -> None:
     assert [(i.base_name, i.size) for i in location.listing()] == [("a.txt", 5)]
 
 
+@pytest.mark.s3
+
+
 def test_s3_write_uri(bucket: str, s3_env) -> None:
     files.write_uri(f"s3://{bucket}/files/out/pool.parquet", b"pool")
     assert s3_env.client().get_object(Bucket=bucket, Key="files/out/pool.parquet")["Body"].read() == b"pool"
+
+
+@pytest.mark.s3
 
 
 def test_s3_fingerprint_follows_the_object(bucket: str, s3_env) -> None:

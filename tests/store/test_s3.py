@@ -60,11 +60,17 @@ def root(server: S3Server) -> RunRoot:
     return RunRoot(f"s3://{server.bucket}/{PREFIX}")
 
 
+@pytest.mark.s3
+
+
 def test_uri_and_paths(root: RunRoot, server: S3Server) -> None:
     assert root.uri == f"s3://{server.bucket}/{PREFIX}"
     assert RunRoot(f"s3://{server.bucket}/{PREFIX}/").uri == root.uri
     assert root.path("predictions", "s0.parquet") == f"s3://{server.bucket}/{PREFIX}/predictions/s0.parquet"
     assert root.local_path() is None
+
+
+@pytest.mark.s3
 
 
 def test_table_round_trip(root: RunRoot, server: S3Server) -> None:
@@ -84,6 +90,9 @@ def test_table_round_trip(root: RunRoot, server: S3Server) -> None:
     assert parquet.read().select(table.column_names).equals(table)  # outputs last in the file (`bulky_last`)
 
 
+@pytest.mark.s3
+
+
 def test_json_and_text_round_trip(root: RunRoot, server: S3Server) -> None:
     obj = {"model": "smollm2", "lengths": [4096, 8192], "nested": {"ü": None, "x": 1.5}}
     root.write_json("config.json", obj)
@@ -97,6 +106,9 @@ def test_json_and_text_round_trip(root: RunRoot, server: S3Server) -> None:
     assert server.keys(PREFIX + "/") == [f"{PREFIX}/config.json", f"{PREFIX}/meta/versions.txt"]
 
 
+@pytest.mark.s3
+
+
 def test_read_stage_concatenates_in_sorted_name_order(root: RunRoot) -> None:
     for k in (2, 0, 10, 1):
         root.write_table("predictions", f"shard-{k:05d}", predictions(2, start=10 * k))
@@ -106,11 +118,17 @@ def test_read_stage_concatenates_in_sorted_name_order(root: RunRoot) -> None:
     ]  # fmt: skip
 
 
+@pytest.mark.s3
+
+
 def test_empty_stage_gives_empty_table_with_schema(root: RunRoot) -> None:
     empty = root.read_stage("scores", PREDICTION_SCHEMA)
     assert empty.num_rows == 0 and empty.schema == PREDICTION_SCHEMA
     assert root.read_stage("scores").num_columns == 0
     assert root.shard_names("scores") == set()
+
+
+@pytest.mark.s3
 
 
 def test_resume_sees_exactly_the_finished_shards(root: RunRoot) -> None:
@@ -127,6 +145,9 @@ def test_resume_sees_exactly_the_finished_shards(root: RunRoot) -> None:
     assert root.read_stage("predictions").num_rows == 5
 
 
+@pytest.mark.s3
+
+
 def test_a_write_that_fails_midway_publishes_nothing(root: RunRoot, server: S3Server) -> None:
     good = predictions(2)
     root.write_table("predictions", "s0", good)
@@ -139,6 +160,9 @@ def test_a_write_that_fails_midway_publishes_nothing(root: RunRoot, server: S3Se
     assert root.read_stage("predictions").equals(good)
 
 
+@pytest.mark.s3
+
+
 def test_a_shard_without_its_commit_record_is_not_read(root: RunRoot, server: S3Server) -> None:
     """A crash between the data upload and the commit record leaves a shard that readers never see."""
     root.write_table("predictions", "s0", predictions(2))
@@ -149,11 +173,17 @@ def test_a_shard_without_its_commit_record_is_not_read(root: RunRoot, server: S3
     assert root.read_stage("predictions").num_rows == 2
 
 
+@pytest.mark.s3
+
+
 def test_verify_names_a_shard_whose_bytes_changed(root: RunRoot, server: S3Server) -> None:
     root.write_table("predictions", "s0", predictions(2))
     root.write_table("predictions", "s1", predictions(3))
     server.client().put_object(Bucket=server.bucket, Key=f"{PREFIX}/predictions/s1.parquet", Body=b"truncated")
     assert root.verify("predictions") == ["s1"]
+
+
+@pytest.mark.s3
 
 
 def test_shard_names_ignore_stray_objects(root: RunRoot, server: S3Server) -> None:
@@ -165,12 +195,18 @@ def test_shard_names_ignore_stray_objects(root: RunRoot, server: S3Server) -> No
     assert root.read_stage("predictions").num_rows == 1
 
 
+@pytest.mark.s3
+
+
 def test_large_shard_round_trip(root: RunRoot) -> None:
     """A shard bigger than pyarrow's upload part size (10 MB) still arrives whole."""
     rng = random.Random(0)  # incompressible bytes, so the Parquet file really is ~16 MB
     big = pa.table({"blob": pa.array([rng.randbytes(4096) for _ in range(4000)], pa.large_binary())})
     root.write_table("instances", "big", big)
     assert root.read_stage("instances").equals(big)
+
+
+@pytest.mark.s3
 
 
 def test_pickled_run_root_works_and_carries_no_secrets(root: RunRoot, server: S3Server) -> None:
@@ -181,9 +217,15 @@ def test_pickled_run_root_works_and_carries_no_secrets(root: RunRoot, server: S3
     assert pickle.loads(blob).read_json("a.json") == [1]
 
 
+@pytest.mark.s3
+
+
 def test_missing_object_raises_store_error(root: RunRoot) -> None:
     with pytest.raises(StoreError, match="does not exist"):
         root.read_text("absent.txt")
+
+
+@pytest.mark.s3
 
 
 def test_missing_bucket_raises_store_error(server: S3Server) -> None:
@@ -191,6 +233,9 @@ def test_missing_bucket_raises_store_error(server: S3Server) -> None:
     with pytest.raises(StoreError, match="bucket 'no-such-bucket-longeval' does not exist") as info:
         root.shard_names("predictions")
     assert "s3://no-such-bucket-longeval/run1" in str(info.value)
+
+
+@pytest.mark.s3
 
 
 def test_wrong_credentials_raise_store_error(server: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -228,6 +273,9 @@ def test_wrong_endpoint_fails_fast_with_a_helpful_message(monkeypatch: pytest.Mo
         RunRoot("s3://bucket/run1", patience_s=0.5).write_table("predictions", "s0", predictions(1))
 
 
+@pytest.mark.s3
+
+
 def test_a_store_outage_within_the_patience_costs_a_pause_not_the_write(
     root: RunRoot, server: S3Server
 ) -> None:
@@ -249,6 +297,9 @@ def test_a_store_outage_within_the_patience_costs_a_pause_not_the_write(
     assert patient.read_stage("predictions").num_rows == 3
 
 
+@pytest.mark.s3
+
+
 def test_an_s3_run_root_from_before_commit_records_is_adopted(server: S3Server) -> None:
     root = RunRoot(f"s3://{server.bucket}/legacy-run")
     root.write_table("predictions", "p0", predictions(3))
@@ -259,6 +310,9 @@ def test_an_s3_run_root_from_before_commit_records_is_adopted(server: S3Server) 
     assert root.adopt_legacy() == 1
     assert root.read_stage("predictions", PREDICTION_SCHEMA).num_rows == 3
     assert root.adopt_legacy() == 0
+
+
+@pytest.mark.s3
 
 
 def test_copy_shard_is_a_server_side_copy_of_both_objects(root: RunRoot, server: S3Server) -> None:

@@ -60,12 +60,18 @@ def table(n: int) -> pa.Table:
     return pa.table({"instance_id": [f"i{k}" for k in range(n)], "score": [float(k) for k in range(n)]})
 
 
+@pytest.mark.s3
+
+
 def test_a_shard_is_two_puts_and_no_multipart_upload(meter: S3Meter, logged_server: S3Server) -> None:
     root = RunRoot(f"s3://{logged_server.bucket}/{PREFIX}/puts")
     by_method, listings = requests(meter, lambda: root.write_table("scores", "a", table(100)))
     assert by_method == Counter({"PUT": 2}), by_method  # the data file and its commit record; no POSTs
     assert listings == 0
     assert root.read_stage("scores").num_rows == 100
+
+
+@pytest.mark.s3
 
 
 def test_a_remembering_root_lists_a_stage_once_and_sees_its_own_writes(
@@ -82,6 +88,9 @@ def test_a_remembering_root_lists_a_stage_once_and_sees_its_own_writes(
     assert root.shard_names("instances") == {"a", "b"}
     by_method, listings = requests(meter, lambda: root.remove_shard("instances", "a"))
     assert root.shard_names("instances") == {"b"} and listings == 0 and by_method["DELETE"] == 2
+
+
+@pytest.mark.s3
 
 
 def test_a_stage_written_elsewhere_is_listed_afresh(meter: S3Meter, logged_server: S3Server) -> None:
@@ -109,6 +118,9 @@ def test_pickled_roots_forget_what_they_listed(tmp_path: Path) -> None:
     RunRoot(str(tmp_path)).write_table("instances", "a", table(1))
     assert root.shard_names("instances") == set()  # remembered
     assert pickle.loads(pickle.dumps(root)).shard_names("instances") == {"a"}  # a worker lists for itself
+
+
+@pytest.mark.s3
 
 
 def test_metadata_columns_are_read_once_until_the_stage_changes(meter: S3Meter, logged_server: S3Server) -> None:
@@ -156,6 +168,9 @@ N = 4
 META = ["instance_id", "family", "task", "target_length", "seed", "shard_index", "input_tokens"]
 
 
+@pytest.mark.s3
+
+
 def test_a_driver_reads_listed_shards_without_a_head_and_each_record_once(
     meter: S3Meter, logged_server: S3Server
 ) -> None:
@@ -176,6 +191,9 @@ def test_a_driver_reads_listed_shards_without_a_head_and_each_record_once(
     assert root.read_stage("instances", INSTANCE_SCHEMA, columns=META).num_rows == 4 * N
 
 
+@pytest.mark.s3
+
+
 def test_a_worker_reads_a_whole_shard_in_two_gets(meter: S3Meter, logged_server: S3Server) -> None:
     """A whole-shard read (a scorer's prediction file): its bytes and its commit record, one GET each, checked
     against each other; no HEAD before either."""
@@ -185,6 +203,9 @@ def test_a_worker_reads_a_whole_shard_in_two_gets(meter: S3Meter, logged_server:
     by_method, listings = requests(meter, lambda: worker.read_shard("predictions", "p"))
     assert by_method == Counter({"GET": 2}) and listings == 0, by_method
     assert worker.read_shard("predictions", "p").num_rows == 50
+
+
+@pytest.mark.s3
 
 
 def test_a_replica_given_listed_sizes_reads_a_shard_in_three_requests(
@@ -215,6 +236,9 @@ def _read_every_prompt(uri: str, names: list[str], sizes: dict[str, int], group_
     reader.close()
 
 
+@pytest.mark.s3
+
+
 def test_compaction_maps_parts_to_shards_from_the_metadata_the_driver_kept(
     meter: S3Meter, logged_server: S3Server
 ) -> None:
@@ -235,6 +259,9 @@ def test_compaction_maps_parts_to_shards_from_the_metadata_the_driver_kept(
     meter.stage(began, time.time(), PREFIX)
     read = [r for r in meter.requests if began <= r.t and f"/{PREFIX}/compaction/instances/" in r.path]
     assert read == [] and done.written == N and done.rows == N
+
+
+@pytest.mark.s3
 
 
 def test_asking_after_a_missing_file_is_one_head(meter: S3Meter, logged_server: S3Server) -> None:
@@ -277,6 +304,9 @@ def scored_run(meter: S3Meter, logged_server: S3Server) -> str:
     return uri
 
 
+@pytest.mark.s3
+
+
 def test_the_report_stage_reads_each_file_with_at_most_three_requests(meter: S3Meter, scored_run: str) -> None:
     """`longeval report`'s summaries: the consistency check, the plan's ids and the families' `meta` are all asked
     of the instance shards; each shard is read once (footer and metadata ranges), and each prefix listed once."""
@@ -293,6 +323,9 @@ def test_the_report_stage_reads_each_file_with_at_most_three_requests(meter: S3M
         sorted(files.items(), key=lambda kv: -sum(kv[1].values()))[:3]
     assert all(c == Counter({"GET": 2}) for c in instances.values()), instances  # a footer and one range
     assert listings and max(listings.values()) == 1, listings
+
+
+@pytest.mark.s3
 
 
 def test_the_html_report_reads_each_file_with_at_most_three_requests(
@@ -312,6 +345,9 @@ def test_the_html_report_reads_each_file_with_at_most_three_requests(
         sorted(files.items(), key=lambda kv: -sum(kv[1].values()))[:3]
     assert listings and max(listings.values()) == 1, listings
     assert (tmp_path / "page_files").is_dir()
+
+
+@pytest.mark.s3
 
 
 def test_shards_the_writers_reported_are_known_without_a_listing(meter: S3Meter, logged_server: S3Server) -> None:
@@ -334,6 +370,9 @@ def test_shards_the_writers_reported_are_known_without_a_listing(meter: S3Meter,
     assert listings == 2 and "unreported" in root.shard_names("predictions")
 
 
+@pytest.mark.s3
+
+
 def test_a_replica_reads_a_small_shard_whole_in_one_get(meter: S3Meter, logged_server: S3Server) -> None:
     """A shard below `WHOLE_READ_BYTES` whose size the driver listed: one GET of the whole file, then every read
     from memory (not a 64 KiB footer read and the pages again: up to twice the bytes, in three requests)."""
@@ -346,6 +385,9 @@ def test_a_replica_reads_a_small_shard_whole_in_one_get(meter: S3Meter, logged_s
 
     by_method, listings = requests(meter, lambda: _read_every_prompt(uri, names, sizes))
     assert by_method == Counter({"GET": N}) and listings == 0, by_method
+
+
+@pytest.mark.s3
 
 
 def test_a_stage_of_metadata_is_read_whole_at_its_first_read(meter: S3Meter, logged_server: S3Server) -> None:
@@ -388,6 +430,9 @@ def long_prompt_shards(
     return uri, names
 
 
+@pytest.mark.s3
+
+
 def test_a_metadata_read_of_a_long_prompts_shard_is_its_footer(meter: S3Meter, long_prompt_shards) -> None:
     """The metadata columns come from the footer's copy: one footer read per shard (one GET, two for a footer over
     64 KiB), not one range per row group."""
@@ -401,6 +446,9 @@ def test_a_metadata_read_of_a_long_prompts_shard_is_its_footer(meter: S3Meter, l
     assert len(read) == N and all(set(c) == {"GET"} and c["GET"] <= 2 for c in read.values()), read
     table = root.read_stage("instances", INSTANCE_SCHEMA, columns=["instance_id", "references"])
     assert table["instance_id"].to_pylist() == [f"{k}-{i}" for k in range(N) for i in range(4)]
+
+
+@pytest.mark.s3
 
 
 def test_a_replica_reads_a_long_prompts_shard_in_two_gets(
@@ -446,6 +494,9 @@ def _read_a_six_shard_context(
     return names, runs
 
 
+@pytest.mark.s3
+
+
 def test_a_replica_reads_ahead_only_into_the_budget_its_kept_groups_leave_free(
     meter: S3Meter, logged_server: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -460,6 +511,9 @@ def test_a_replica_reads_ahead_only_into_the_budget_its_kept_groups_leave_free(
     assert max(len(run) for _, run in runs) >= 2, runs
 
 
+@pytest.mark.s3
+
+
 def test_a_context_s_shards_each_get_an_equal_share_of_the_read_ahead(
     meter: S3Meter, logged_server: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -469,6 +523,9 @@ def test_a_context_s_shards_each_get_an_equal_share_of_the_read_ahead(
     # 150 KB: a sixth is two prompts' token ids (12 KB each) and a little.
     names, runs = _read_a_six_shard_context(logged_server, monkeypatch, group_bytes=150_000, spans=6)
     assert sorted(runs) == sorted((name, run) for name in names for run in ([0, 1], [2, 3])), runs
+
+
+@pytest.mark.s3
 
 
 def test_a_replica_on_s3_gives_freed_memory_back_after_each_read(

