@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,15 @@ TINY = ["model=tiny_random", "suite.tasks=[niah_single_1,vt]", "suite.lengths=[1
 
 def _cfg(root: Path, *extra: str):
     return load_config([*TINY, f"store.root={root}", *extra])
+
+
+def _copy(cfg: Config, store: Path, *extra: str) -> Config:
+    """`cfg`'s finished run root copied under `store`, and the config that points at the copy: for a test that
+    writes to a run a module fixture made once."""
+    shutil.copytree(cfg.run_root, store / Path(cfg.run_root).name)
+    copied = _cfg(store, *extra)
+    assert copied.run_root == str(store / Path(cfg.run_root).name), copied.run_root
+    return copied
 
 
 def test_round_shards_are_the_full_sweeps_next_shards(tmp_path):
@@ -185,6 +195,7 @@ def test_adaptive_run_stops_decided_cells_and_resumes_without_inference(tmp_path
     from longeval.run.pipeline import run
 
     cfg, result = whole_run
+    cfg = _copy(cfg, tmp_path / "runs")  # the rerun below writes its summaries again
     root = RunRoot(cfg.run_root)
     cells = result.adaptive["adaptive"].to_pylist()
     assert len(cells) == 4
@@ -325,29 +336,49 @@ def test_a_run_killed_mid_round_resumes_without_redoing_work_and_decides_the_sam
     assert {n: (Path(root.uri) / "instances" / n).stat().st_mtime_ns for n in shards} == shards  # not rewritten
 
 
+SCHEDULES = {"defaults": (), "constant": ("suite.adaptive_growth=1", "suite.adaptive_round_max=0",
+                                         "suite.adaptive_alpha_split=equal", "suite.adaptive_near_stop=true")}
+"""The suite target's schedules: the defaults (growing rounds, the length split) and constant rounds with the equal
+split and the near stop. Each samples its own rounds, so each is a whole run of its own."""
+SUITE = ("suite.adaptive_target=suite", "suite.shard_size=3")
+
+
+def _suite_run(store: Path, schedule: str) -> tuple[Config, RunResult]:
+    from longeval.run.pipeline import run
+
+    cfg = _cfg(store, *SUITE, *SCHEDULES[schedule])
+    return cfg, run(cfg)
+
+
+@pytest.fixture(scope="module")
+def suite_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) -> tuple[Config, RunResult]:
+    """The suite-target run under the default schedule, paid once: checked by its variant of the run test and,
+    copied, by the cut-short resume test (what a resume of asked positions does is the same under any schedule)."""
+    return _suite_run(tmp_path_factory.mktemp("suite"), "defaults")
+
+
 @pytest.mark.engine
-@pytest.mark.parametrize("schedule", [(), ("suite.adaptive_growth=1", "suite.adaptive_round_max=0",
-                                           "suite.adaptive_alpha_split=equal", "suite.adaptive_near_stop=true")],
-                         ids=["defaults", "constant"])
-def test_a_suite_target_run_decides_the_suites_effective_length_and_resumes(tmp_path, tiny_model_path, schedule):
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
+def test_a_suite_target_run_decides_the_suites_effective_length_and_resumes(tmp_path, tiny_model_path, schedule,
+                                                                           request):
     """`suite.adaptive_target=suite` on the tiny model (scores 0): every task gets the same shards per length
     (equal rounds), the suite's mean is decided below at both lengths by its own bound, and a rerun does no new
     inference; with the defaults (growing rounds, the length split) and with constant rounds, the equal split and
     the near stop (docs/adaptive.md). The outputs record the schedule used. Rounds of one instance inside shards of
-    three: the engines run exactly the asked positions (`longeval.run.asked`), and a round cut short finishes only
-    those.
+    three: the engines run exactly the asked positions (`longeval.run.asked`); a round cut short is
+    `test_a_suite_target_round_cut_short_finishes_only_the_asked_positions`.
     """
     from longeval.engines.models import resolve_model_path
-    from longeval.planning.plan import Plan
     from longeval.records import INSTANCE_SCHEMA
     from longeval.run.adaptive_rounds import run_rounds
-    from longeval.run.asked import ask, read_asked
-    from longeval.run.pipeline import run
-    from longeval.stages.infer import infer
+    from longeval.run.asked import read_asked
 
-    cfg = _cfg(tmp_path, "suite.adaptive_target=suite", "suite.shard_size=3", *schedule)
+    if schedule == "defaults":  # the module's run, on a copy: the rerun below writes to its root
+        shared, result = request.getfixturevalue("suite_run")
+        cfg = _copy(shared, tmp_path, *SUITE, *SCHEDULES[schedule])
+    else:
+        cfg, result = _suite_run(tmp_path, schedule)
     assert cfg.suite.adaptive_step == 1
-    result = run(cfg)
     cells = result.adaptive["adaptive"].to_pylist()
     by_length: dict[int, set[int]] = {}
     for c in cells:
@@ -358,9 +389,9 @@ def test_a_suite_target_run_decides_the_suites_effective_length_and_resumes(tmp_
     assert suite["decided"] and suite["effective_length"] is None and suite["bound"] == "group mean"
     assert lengths[("task", "ruler/vt")]["bound"] == "cells" and result.adaptive["compute"]["target"] == "suite"
     # how it sampled, in the outputs: the schedule the run used (docs/adaptive.md, "Outputs")
-    schedule = {**settings_for(cfg).schedule(), "shard_size": 3}
-    assert result.adaptive["compute"]["schedule"] == schedule
-    assert json.loads((Path(cfg.run_root) / "adaptive.json").read_text())["compute"]["schedule"] == schedule
+    recorded = {**settings_for(cfg).schedule(), "shard_size": 3}
+    assert result.adaptive["compute"]["schedule"] == recorded
+    assert json.loads((Path(cfg.run_root) / "adaptive.json").read_text())["compute"]["schedule"] == recorded
     rows = [g for g in result.adaptive["adaptive_groups"].to_pylist() if g["group"] == "all"]
     assert [g["decision"] for g in rows] == ["below", "below"] and all(g["ci_high"] < 85.6 for g in rows)
     assert RunRoot(cfg.run_root).exists("summary/adaptive_groups.csv")
@@ -371,9 +402,31 @@ def test_a_suite_target_run_decides_the_suites_effective_length_and_resumes(tmp_
     generated = root.read_stage("instances", INSTANCE_SCHEMA, columns=["instance_id"]).num_rows
     assert before == sum(asked.values()) < generated  # a shard not filled by the asks holds unasked ones
     assert json.loads((Path(cfg.run_root) / "status.json").read_text())["complete"]  # unasked is not "not run"
-    model_path = str(resolve_model_path(cfg.model.path))
-    assert run_rounds(cfg, root, model_path) == 0
+    assert run_rounds(cfg, root, str(resolve_model_path(cfg.model.path))) == 0
     assert root.read_stage("predictions", PREDICTION_SCHEMA).num_rows == before
+
+
+@pytest.mark.engine
+def test_a_suite_target_round_cut_short_finishes_only_the_asked_positions(tmp_path, suite_run):
+    """Rounds of one instance inside shards of three, cut short: a position asked in a shard already made is run
+    alone by the resume's infer, and one asked past the shards made gets its shard generated and only that position
+    run (`longeval.run.asked`). On a copy of the suite-target run (the default schedule): the schedule decides which
+    positions a round asks, not how a resume finishes them."""
+    from longeval.engines.models import resolve_model_path
+    from longeval.planning.plan import Plan
+    from longeval.records import INSTANCE_SCHEMA
+    from longeval.run.adaptive_rounds import run_rounds
+    from longeval.run.asked import ask, read_asked
+    from longeval.stages.infer import infer
+
+    cfg = _copy(suite_run[0], tmp_path, *SUITE)
+    root = RunRoot(cfg.run_root)
+    asked = read_asked(root)
+    assert asked == {(c["task"], c["target_length"]): c["instances"]
+                     for c in suite_run[1].adaptive["adaptive"].to_pylist()}
+    before = root.read_stage("predictions", PREDICTION_SCHEMA).num_rows
+    generated = root.read_stage("instances", INSTANCE_SCHEMA, columns=["instance_id"]).num_rows
+    model_path = str(resolve_model_path(cfg.model.path))
     # a round cut short after asking one more position of a cell whose shard holds it: the resume runs that one
     cell = next(k for k, n in sorted(asked.items()) if n % 3)
     ask(root, {cell: asked[cell] + 1})
