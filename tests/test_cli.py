@@ -348,8 +348,6 @@ def unscored(generated, tmp_path):
 
 
 @pytest.mark.ray
-
-
 def test_score_on_a_partial_root_says_what_is_missing_and_exits_3(capsys, unscored):
     """1 of 2 instances predicted: `score` scores it, then says the run is partial (was: `done:` and exit 0)."""
     from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, Prediction
@@ -393,8 +391,6 @@ def test_score_infer_and_report_on_a_root_without_instances_are_one_error_line(c
 
 
 @pytest.mark.engine
-
-
 def test_infer_exits_3_while_instances_are_left_without_a_final_prediction(capsys, unscored, monkeypatch):
     """Every request refused: the instances are engine errors after `infer`, which said `done:` and exit 0; now it
     says they are left (exit 3). A rerun that predicts them all exits 0: scoring them is `score`'s work."""

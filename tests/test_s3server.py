@@ -16,6 +16,7 @@ from tests.s3server import find_weed, start_seaweedfs
 pytestmark = pytest.mark.skipif(find_weed() is None, reason="SeaweedFS `weed` binary not found (dev extra)")
 
 
+@pytest.mark.s3
 def test_the_server_starts_and_serves_from_a_deep_folder(tmp_path: Path):
     deep = tmp_path / ("a-checkout-folder-with-a-long-name-" * 4) / "pytest-of-root" / "popen-gw1" / "seaweedfs0"
     assert len(str(deep / "filer.sock")) > 107

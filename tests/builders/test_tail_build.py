@@ -20,6 +20,7 @@ from tests.tasks.tail.tail_helpers import build_dataset, domain_of, report
 pytestmark = pytest.mark.engine
 
 
+@pytest.mark.ray
 def test_build_records_every_attempt_and_resumes(tmp_path, tiny_model_path, capsys):
     docs = tmp_path / "docs"
     for name, sentences in (("finance", 160), ("law", 150)):  # about 2,000 words: a few 600-word segments
@@ -45,6 +46,7 @@ def test_build_records_every_attempt_and_resumes(tmp_path, tiny_model_path, caps
     assert "in 0 rounds" in capsys.readouterr().out
 
 
+@pytest.mark.ray
 def test_run_evaluates_a_built_benchmark_per_depth_and_length(tmp_path, tiny_model_path):
     bench = build_dataset(tmp_path / "bench", [domain_of("finance", 900), domain_of("law", 900)], (0.25, 0.75))
     cfg = load_config(["model=tiny_random", "suite=tail", "suite.lengths=[2048,4096]", "suite.samples=4",
@@ -62,6 +64,7 @@ def test_run_evaluates_a_built_benchmark_per_depth_and_length(tmp_path, tiny_mod
     assert head["avg"] is not None and 0 <= head["avg"] <= 100
 
 
+@pytest.mark.ray
 def test_the_judge_maps_what_the_parser_cannot(tmp_path, tiny_model_path):
     """The tiny model's junk answers are unmapped: each gets a judge call, and only the judge's call is scored."""
     import json

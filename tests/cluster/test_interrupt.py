@@ -49,8 +49,6 @@ def test_sigterm_ends_the_block_as_terminated_even_after_a_library_replaced_its_
 
 
 @pytest.mark.ray
-
-
 def test_sigterm_gives_the_lease_back_says_how_to_resume_and_exits_143(tmp_path):
     """What `scancel` and `ray job stop` send: the run ends as for Ctrl-C, and the next run needs no takeover."""
     argv = ["run", "model=tiny_random", "suite.tasks=[niah_single_2]", "suite.lengths=[4096]", "suite.samples=400",

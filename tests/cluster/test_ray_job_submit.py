@@ -50,8 +50,6 @@ def _run_on_loopback_cluster(overrides: list[str]) -> tuple[subprocess.Completed
 
 
 @pytest.mark.ray
-
-
 def test_the_scripts_exit_code_is_the_jobs(tmp_path):
     result, _, _ = _run_on_loopback_cluster([*BAD_OVERRIDES, f"store.root={tmp_path}"])
     log = result.stdout
@@ -62,8 +60,6 @@ def test_the_scripts_exit_code_is_the_jobs(tmp_path):
 
 
 @pytest.mark.ray
-
-
 def test_an_adaptive_run_with_a_pool_per_length_bucket_runs_as_a_job(tiny_model_path, tmp_path):
     """Issue #15: adaptive rounds are the pipeline's own stages, so they run under `ray job submit` and feed one
     engine pool per length bucket like a full sweep. The cluster's life around the job is checked here too (a

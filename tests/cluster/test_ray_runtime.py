@@ -162,8 +162,6 @@ def _error_lines(proc: subprocess.CompletedProcess[str]) -> list[str]:
 
 
 @pytest.mark.ray
-
-
 def test_a_ray_whose_port_is_taken_is_one_error_line_naming_the_port_its_holder_and_the_setting(tmp_path):
     """Ray's node times out at start-up when its metrics agent cannot bind its port, as on a machine where another
     process holds it: Ray's `Exception: The current node timed out during startup` traceback and exit 1 became one
@@ -185,8 +183,6 @@ def test_a_ray_whose_port_is_taken_is_one_error_line_naming_the_port_its_holder_
 
 
 @pytest.mark.ray
-
-
 def test_a_ray_start_up_timeout_is_one_error_line_naming_the_setting(tmp_path):
     """Ray's own start-up wait, made tiny: `RuntimeError: Timed out waiting for file .../gcs_server_port_...`
     was a traceback too."""

@@ -188,8 +188,6 @@ def _sbatch(slurm: LocalSlurm, tmp_path: Path, overrides: list[str]) -> tuple[in
 
 
 @pytest.mark.slurm
-
-
 def test_sbatch_runs_the_quick_suite_on_a_ray_cluster(slurm, tiny_model_path, tmp_path):
     store = tmp_path / "runs"
     started = time.monotonic()
@@ -204,8 +202,6 @@ def test_sbatch_runs_the_quick_suite_on_a_ray_cluster(slurm, tiny_model_path, tm
 
 
 @pytest.mark.slurm
-
-
 def test_the_batch_jobs_exit_code_is_the_evaluations(slurm, tmp_path):
     code, log, job_id = _sbatch(slurm, tmp_path, [*BAD_OVERRIDES, f"store.root={tmp_path / 'runs'}"])
     assert code == 2, log[-6000:]

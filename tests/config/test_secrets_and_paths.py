@@ -25,8 +25,6 @@ def test_a_run_name_cannot_leave_the_store_root(tmp_path, name):
 
 
 @pytest.mark.ray
-
-
 def test_secrets_are_redacted_by_value_and_in_urls(tmp_path):
     token = "hf_Zq81secretvalue"
     password = "pa55w0rd-in-url"

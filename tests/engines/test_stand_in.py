@@ -157,8 +157,6 @@ def test_chosen_only_by_name():
 
 
 @pytest.mark.engine
-
-
 def test_a_run_through_the_replicas_names_the_stand_in(tmp_path: Path, tiny_model_path):
     """Plan, generate, two replica actors, the writer, score and report: no vLLM, and the stand-in says so."""
     cfg = load_config([*STAND_IN, "suite.tasks=[niah_single_1,vt]", "suite.lengths=[1024,2048]", "suite.samples=6",

@@ -89,8 +89,6 @@ def _colours(png: bytes) -> tuple[int, float]:
 
 
 @pytest.mark.browser
-
-
 def test_the_page_loads_offline_without_errors(rendered) -> None:
     assert rendered.title == "longeval report"
     assert [m for m in rendered.console if m[0] in ("error", "warning")] == []
@@ -101,8 +99,6 @@ def test_the_page_loads_offline_without_errors(rendered) -> None:
 
 
 @pytest.mark.browser
-
-
 def test_every_plot_is_present_and_rendered(rendered) -> None:
     assert {i["plot"] for i in rendered.images} == PLOTS
     for image in rendered.images:
@@ -114,8 +110,6 @@ def test_every_plot_is_present_and_rendered(rendered) -> None:
 
 
 @pytest.mark.browser
-
-
 def test_the_screenshot_is_not_blank(rendered) -> None:
     distinct, inked = _colours(rendered.screenshot)
     assert distinct > 200
@@ -123,8 +117,6 @@ def test_the_screenshot_is_not_blank(rendered) -> None:
 
 
 @pytest.mark.browser
-
-
 def test_the_leaderboard_shows_the_expected_numbers(rendered) -> None:
     for model, expected in EXPECTED_HEADLINE.items():
         key = f"ruler/{model}"
@@ -138,8 +130,6 @@ def test_the_leaderboard_shows_the_expected_numbers(rendered) -> None:
 
 
 @pytest.mark.browser
-
-
 def test_the_per_instance_data_are_linked(rendered) -> None:
     assert len(rendered.csv_links) == 2
     for href in rendered.csv_links:

@@ -144,7 +144,6 @@ def test_figures_save_deterministically(save) -> None:
         assert first.startswith(b"\x89PNG")
 
 
-
 def test_adaptive_samples_mark_each_cells_decision_and_the_near_threshold_ones() -> None:
     from longeval.run.adaptive_rounds import CELL_SCHEMA
 

@@ -204,8 +204,6 @@ def _partial_report(capsys, line: str, *argv: str) -> str:
 
 
 @pytest.mark.ray
-
-
 def test_a_root_with_nothing_scored_is_partial_whichever_form_reports_it(capsys, unscored, tmp_path) -> None:
     """Was: `report RUN_ROOT -o` an error (exit 2, "run `longeval score` first"), the overrides form exit 3, and
     the overrides form's page without the banner. Now both forms: exit 3, one line, the banner."""
@@ -227,8 +225,6 @@ def test_a_root_with_nothing_scored_is_partial_whichever_form_reports_it(capsys,
 
 
 @pytest.mark.ray
-
-
 def test_a_root_being_written_with_nothing_scored_is_partial_not_complete(capsys, unscored, tmp_path) -> None:
     """Issue #46: during a live `longeval run` (it holds the lease; 0 instances predicted) `report RUN_ROOT -o`
     exited 0 with only the "being written" warning and a page without a banner. The summaries an earlier report

@@ -13,8 +13,6 @@ from tests.report.report_helpers import build_run
 
 
 @pytest.mark.s3
-
-
 def test_report_reads_and_summarises_s3_run_roots(s3_env, tmp_path) -> None:
     a, b = f"s3://{s3_env.bucket}/runs/a", f"s3://{s3_env.bucket}/runs/b"
     build_run(a, "model-a")

@@ -189,6 +189,7 @@ def whole_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) -
 
 
 @pytest.mark.engine
+@pytest.mark.ray
 def test_adaptive_run_stops_decided_cells_and_resumes_without_inference(tmp_path, whole_run):
     from longeval.engines.models import resolve_model_path
     from longeval.run.adaptive_rounds import run_rounds
@@ -295,6 +296,7 @@ def test_terminal_view_shows_decisions_intervals_and_compute():
 
 
 @pytest.mark.engine
+@pytest.mark.ray
 def test_a_run_killed_mid_round_resumes_without_redoing_work_and_decides_the_same(tmp_path, whole_run):
     """kill -9 of the driver and its Ray processes while a round infers; the rerun finishes that round, runs the
     rest, and ends where an uninterrupted run ends, with no instance inferred twice."""
@@ -359,6 +361,7 @@ def suite_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) -
 
 @pytest.mark.engine
 @pytest.mark.parametrize("schedule", list(SCHEDULES))
+@pytest.mark.ray
 def test_a_suite_target_run_decides_the_suites_effective_length_and_resumes(tmp_path, tiny_model_path, schedule,
                                                                            request):
     """`suite.adaptive_target=suite` on the tiny model (scores 0): every task gets the same shards per length
@@ -407,6 +410,7 @@ def test_a_suite_target_run_decides_the_suites_effective_length_and_resumes(tmp_
 
 
 @pytest.mark.engine
+@pytest.mark.ray
 def test_a_suite_target_round_cut_short_finishes_only_the_asked_positions(tmp_path, suite_run):
     """Rounds of one instance inside shards of three, cut short: a position asked in a shard already made is run
     alone by the resume's infer, and one asked past the shards made gets its shard generated and only that position

@@ -109,8 +109,6 @@ def test_a_current_run_says_nothing_and_a_partial_one_says_what_is_missing() -> 
 
 
 @pytest.mark.engine
-
-
 def test_a_complete_current_run_reports_exit_0(capsys, copy, tmp_path) -> None:
     path, overrides = copy
     code, text = _cli(capsys, "report", *overrides)
@@ -125,8 +123,6 @@ def test_a_complete_current_run_reports_exit_0(capsys, copy, tmp_path) -> None:
 
 
 @pytest.mark.engine
-
-
 def test_scores_of_predictions_redone_after_scoring_are_refused(capsys, copy, tmp_path) -> None:
     """A kill during a re-score: the predictions changed (redone by `infer`), the scores did not."""
     path, overrides = copy
@@ -154,8 +150,6 @@ def test_scores_of_predictions_redone_after_scoring_are_refused(capsys, copy, tm
 
 
 @pytest.mark.engine
-
-
 def test_predictions_made_after_scoring_make_the_report_partial(capsys, copy, tmp_path) -> None:
     """`score` on a partial root, then `infer`: the report must not summarise the old scores as the whole run."""
     path, overrides = copy
@@ -181,8 +175,6 @@ def test_predictions_made_after_scoring_make_the_report_partial(capsys, copy, tm
 
 
 @pytest.mark.engine
-
-
 def test_summaries_older_than_the_scores_are_computed_again(capsys, copy, tmp_path) -> None:
     """`report` on a partial root, then `infer` and `score` alone: `report -o` must not show the old summaries."""
     path, overrides = copy
@@ -202,8 +194,6 @@ def test_summaries_older_than_the_scores_are_computed_again(capsys, copy, tmp_pa
 
 
 @pytest.mark.engine
-
-
 def test_scores_whose_predictions_shard_was_deleted_are_refused(capsys, copy, tmp_path) -> None:
     path, overrides = copy
     root = RunRoot(str(path))
@@ -223,8 +213,6 @@ def test_scores_whose_predictions_shard_was_deleted_are_refused(capsys, copy, tm
 
 
 @pytest.mark.engine
-
-
 def test_status_counts_only_the_current_plan_on_a_reused_root(capsys, copy, scored) -> None:
     path, overrides = copy
     fewer = [o if not o.startswith("suite.tasks=") else "suite.tasks=[niah_single_1]" for o in overrides]
@@ -242,8 +230,6 @@ def test_status_counts_only_the_current_plan_on_a_reused_root(capsys, copy, scor
 
 
 @pytest.mark.engine
-
-
 def test_scores_from_before_fingerprints_are_partial_until_rescored(capsys, copy) -> None:
     """An older root's score rows have no `prediction_fingerprint`: reported, flagged, and redone by `score`."""
     path, overrides = copy

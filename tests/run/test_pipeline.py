@@ -44,6 +44,7 @@ def tiny_run(tmp_path_factory, tiny_model_path):
     return cfg, result
 
 
+@pytest.mark.ray
 def test_every_stage_is_written_and_consistent(tiny_run):
     cfg, result = tiny_run
     root = RunRoot(cfg.run_root)
@@ -74,6 +75,7 @@ def test_every_stage_is_written_and_consistent(tiny_run):
     assert versions["essay_corpus"]["name"] == "pydoc_data.topics (not RULER's)"
 
 
+@pytest.mark.ray
 def test_rerun_skips_everything_done(tmp_path, tiny_run):
     cfg_full, first = tiny_run
     shutil.copytree(cfg_full.run_root, tmp_path / "full")  # the rerun writes its summaries: on a copy
@@ -90,6 +92,7 @@ def test_rerun_skips_everything_done(tmp_path, tiny_run):
     assert root.read_stage("predictions", PREDICTION_SCHEMA).num_rows == 4 * 2 * 3
 
 
+@pytest.mark.ray
 def test_pools_per_length_bucket_and_over_long_prompts(tmp_path, tiny_model_path):
     """Two pools; the second's prompts exceed the model's max_model_len: recorded, scored 0, never sent."""
     cfg = load_config([*TINY, f"store.root={tmp_path}", "suite.tasks=[niah_single_1]", "suite.lengths=[1024,2048]",
@@ -118,6 +121,7 @@ def smollm2_run(tmp_path_factory, smollm2_path):
     return cfg, run(cfg)
 
 
+@pytest.mark.ray
 def test_smollm2_finds_a_single_needle(smollm2_run):
     """One small real run: SmolLM2-135M-Instruct retrieves some needles from 1K tokens of noise."""
     cfg, result = smollm2_run
@@ -128,6 +132,7 @@ def test_smollm2_finds_a_single_needle(smollm2_run):
     assert all(s["error_type"] in ("", "null") for s in scores)
 
 
+@pytest.mark.ray
 def test_interrupted_run_resumes_to_the_same_summary(tmp_path, tiny_run):
     """Kill a real `longeval run` once some predictions are written; the rerun completes it exactly. On the tiny
     model: this is about resuming, not about what the model finds; its whole run is the reference."""
@@ -160,6 +165,7 @@ def test_interrupted_run_resumes_to_the_same_summary(tmp_path, tiny_run):
     assert all(by_id[i] == o for i, o in zip(ids, preds["output"].to_pylist(), strict=True))
 
 
+@pytest.mark.ray
 def test_same_config_gives_byte_identical_instances(tmp_path, tiny_run):
     cfg_full, _ = tiny_run
     cfg = _cfg(tmp_path, "run_name=again", "cluster.generate_parallelism=1", "suite.shard_size=3")
@@ -170,6 +176,7 @@ def test_same_config_gives_byte_identical_instances(tmp_path, tiny_run):
     assert ours.select(cols).equals(theirs.select(cols))
 
 
+@pytest.mark.ray
 def test_stage_commands_run_alone(tmp_path, tiny_run):
     cfg_full, full = tiny_run
     copy = tmp_path / "copy"

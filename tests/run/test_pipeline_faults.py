@@ -111,8 +111,6 @@ def outage_run(seaweedfs: S3Server, s3_run_env: dict[str, str], tmp_path_factory
 
 
 @pytest.mark.s3
-
-
 def test_an_s3_outage_mid_inference_is_waited_out(outage_run, s3_env: S3Server) -> None:
     code, _, log, uri = outage_run
     assert code == 0, log.read_text()[-3000:]
@@ -125,8 +123,6 @@ def test_an_s3_outage_mid_inference_is_waited_out(outage_run, s3_env: S3Server) 
 
 
 @pytest.mark.s3
-
-
 def test_a_killed_driver_on_s3_resumes_without_losing_or_duplicating_rows(
     outage_run, s3_env: S3Server, s3_run_env: dict[str, str], tmp_path: Path
 ) -> None:

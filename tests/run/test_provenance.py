@@ -163,8 +163,6 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.engine
-
-
 def test_a_finished_root_with_a_cut_config_is_refused_by_name_and_restored_by_the_advice(finished, tmp_path, capsys):
     """The end to end of issue #46 on a finished root: `run` and `report` name the damaged file and change nothing;
     `report ROOT -o` still reads the root; moving the file aside and rerunning, as the error says, writes the same

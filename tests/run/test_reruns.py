@@ -81,8 +81,6 @@ def finished_copy(finished, tmp_path) -> tuple[RunRoot, list[str]]:
 
 
 @pytest.mark.ray
-
-
 def test_a_smaller_suite_on_the_same_root_reports_only_its_own_instances(tmp_path):
     """Ray's actor-restart line (ray #53727) as a fresh process's terminal shows it is checked on the `longeval
     run` subprocess of `test_the_table_shows_n_intervals_all_failure_cells_and_incomplete_runs` (the same score
@@ -106,8 +104,6 @@ def test_a_smaller_suite_on_the_same_root_reports_only_its_own_instances(tmp_pat
 
 
 @pytest.mark.ray
-
-
 def test_more_samples_than_a_finished_shard_holds_are_refused(tmp_path):
     first = [*BASE, "suite.tasks=[vt]", "suite.samples=1", f"store.root={tmp_path}", "run_name=r"]
     code, _, gen = cli("generate", *first)
@@ -129,8 +125,6 @@ def test_default_run_names_differ_per_suite(tmp_path):
 
 
 @pytest.mark.ray
-
-
 def test_a_damaged_shard_is_named_set_aside_and_redone(finished_copy):
     root, args = finished_copy
     (shard,) = sorted(Path(root.uri, "instances").glob("*.parquet"))
@@ -169,8 +163,6 @@ def test_bad_input_gets_one_line_naming_the_setting_and_the_expected_value(tmp_p
 
 
 @pytest.mark.ray
-
-
 def test_a_rerun_with_nothing_left_to_do_does_not_start_ray(finished, finished_copy):
     """The rerun is a `longeval` subprocess: RAY_ADDRESS must reach a fresh process, which would start (join) Ray
     if it tried."""
@@ -185,8 +177,6 @@ def test_a_rerun_with_nothing_left_to_do_does_not_start_ray(finished, finished_c
 
 
 @pytest.mark.ray
-
-
 def test_the_table_shows_n_intervals_all_failure_cells_and_incomplete_runs(tmp_path):
     """A length above max_model_len (allowed): every prompt is recorded too long without an engine, and the
     table says so instead of showing a model that scored 0; before that, the partial report is marked. The
@@ -234,8 +224,6 @@ def test_the_table_shows_n_intervals_all_failure_cells_and_incomplete_runs(tmp_p
 
 
 @pytest.mark.ray
-
-
 def test_preflight_runs_only_when_an_instance_shard_is_missing(finished_copy, monkeypatch):
     """Issue #22: a rerun with every planned shard there generates nothing, so its driver builds no preflight
     instance (the tokenizer, Punkt and the QA files: about 200 MB of a resumed driver's peak)."""

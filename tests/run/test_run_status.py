@@ -18,8 +18,6 @@ TINY = ["model=tiny_random", "suite.tasks=[niah_single_1]", "suite.lengths=[1024
 
 
 @pytest.mark.ray
-
-
 def test_a_run_without_predictions_reports_itself_incomplete(tmp_path: Path, tiny_model_path: Path, capsys) -> None:
     args = [*TINY, f"store.root={tmp_path}", "run_name=partial"]
     cfg = load_config(args)

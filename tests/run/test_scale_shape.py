@@ -18,7 +18,7 @@ from longeval.store.run_root import RunRoot
 from tests.cli_subprocess import flat, longeval
 from tests.s3server import S3Server, find_weed, start_seaweedfs
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.ray, pytest.mark.engine, pytest.mark.s3]
 
 SUITE = ["model=tiny_random", "model.engine=stand_in", "model.name=stand-in", "suite.tasks=[niah_single_1,vt]",
          "suite.lengths=[1024,2048]", "suite.shard_size=5", "cluster.replicas=2", "cluster.commit_interval_s=0",

@@ -19,8 +19,6 @@ PLUGIN = "plugins=[tests.scoring.slow_judge]"
 
 
 @pytest.mark.ray
-
-
 def test_a_stalled_scorer_is_cut_at_the_deadline_and_the_run_completes(tmp_path, smollm2_path):
     common = ["model=tiny_random", "suite.tasks=[slow_niah]", "suite.lengths=[1024]", "suite.samples=2",
               PLUGIN, f"store.root={tmp_path}", "run_name=slow", "cluster.scorer_timeout_s=3"]

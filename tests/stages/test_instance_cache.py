@@ -55,7 +55,7 @@ def _keys(*overrides: str) -> list[str]:
     return [shard_key(ctx, spec) for spec in make_plan(cfg).shards]
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
 def store_root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A `store.root` on local disk, or on the module's SeaweedFS (emptied for each test)."""
     if request.param == "local":
@@ -116,8 +116,6 @@ def test_a_miss_writes_the_run_root_once_and_a_hit_is_a_hard_link(
 
 
 @pytest.mark.s3
-
-
 def test_an_s3_hit_is_a_server_side_copy(
     s3_env, tiny_model_path: Path, codec_calls: dict[str, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:

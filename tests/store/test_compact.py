@@ -52,7 +52,7 @@ def _view(root: RunRoot) -> dict[str, tuple[str, str]]:
     return {r["instance_id"]: (r["output"], r["error"]) for r in preds.to_pylist()}
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
 def root(request, tmp_path) -> RunRoot:
     if request.param == "local":
         return RunRoot(str(tmp_path / "run"))

@@ -106,8 +106,6 @@ def _cli(capsys, caplog, *argv: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.ray
-
-
 def test_generating_onto_a_full_disk_prints_one_line(capsys, caplog) -> None:
     """A real full disk: a 64 KiB tmpfs (needs the right to mount; skipped without it)."""
     tiny = Path(f"/tmp/longeval-full-{uuid.uuid4().hex[:8]}")
@@ -132,8 +130,6 @@ def test_generating_onto_a_full_disk_prints_one_line(capsys, caplog) -> None:
 
 
 @pytest.mark.engine
-
-
 def test_inferring_onto_a_full_disk_stops_with_one_line_and_no_restart(tmp_path, capsys, caplog) -> None:
     """A real full disk while predictions are written (the stand-in engine: no model runs): a tmpfs of 256 KiB
     holding the run's instances, filled up to its last 12 KiB (needs the right to mount; skipped without it)."""

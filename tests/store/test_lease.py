@@ -29,7 +29,7 @@ from longeval.store.run_root import RunRoot
 ACQUIRERS = 6
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
 def root(request: pytest.FixtureRequest, tmp_path: Path) -> RunRoot:
     """A fresh run root, on the local disk or on SeaweedFS."""
     if request.param == "local":
@@ -56,8 +56,6 @@ def _take(root: RunRoot, **kwargs) -> lease.Lease:
 
 
 @pytest.mark.s3
-
-
 def test_create_publishes_only_the_first_writer(root: RunRoot) -> None:
     assert root.create_bytes("_lease/x.json", b"first")
     assert not root.create_bytes("_lease/x.json", b"second")
@@ -66,8 +64,6 @@ def test_create_publishes_only_the_first_writer(root: RunRoot) -> None:
 
 
 @pytest.mark.s3
-
-
 def test_racing_creates_have_one_winner(root: RunRoot) -> None:
     barrier = threading.Barrier(ACQUIRERS)
     results: list[bool] = []
@@ -88,8 +84,6 @@ def test_racing_creates_have_one_winner(root: RunRoot) -> None:
 
 
 @pytest.mark.s3
-
-
 def test_a_held_root_refuses_with_one_line_naming_the_holder(root: RunRoot) -> None:
     with _take(root, command="longeval run") as held:
         assert current(root) == held.holder
@@ -103,8 +97,6 @@ def test_a_held_root_refuses_with_one_line_naming_the_holder(root: RunRoot) -> N
 
 
 @pytest.mark.s3
-
-
 def test_racing_acquirers_have_exactly_one_winner(root: RunRoot) -> None:
     barrier = threading.Barrier(ACQUIRERS)
     won: list[lease.Lease] = []
@@ -168,8 +160,6 @@ def test_racing_takeovers_have_exactly_one_winner(root: RunRoot, forced: bool,
 
 
 @pytest.mark.s3
-
-
 def test_a_live_holder_on_another_host_is_refused_until_stale(root: RunRoot, caplog) -> None:
     _plant(root)
     with pytest.raises(LeaseHeldError, match="host elsewhere pid 4242"):
@@ -185,8 +175,6 @@ def test_a_live_holder_on_another_host_is_refused_until_stale(root: RunRoot, cap
 
 
 @pytest.mark.s3
-
-
 def test_a_dead_pid_on_this_host_is_taken_over_at_once(root: RunRoot, caplog) -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
@@ -198,16 +186,12 @@ def test_a_dead_pid_on_this_host_is_taken_over_at_once(root: RunRoot, caplog) ->
 
 
 @pytest.mark.s3
-
-
 def test_a_reused_pid_is_not_the_holder(root: RunRoot) -> None:
     _plant(root, host=socket.gethostname(), pid=os.getpid(), pid_started=1.0)  # our pid, another start time
     _take(root).release()
 
 
 @pytest.mark.s3
-
-
 def test_take_over_takes_a_live_holders_lease(root: RunRoot) -> None:
     _plant(root)
     taken = _take(root, take_over=True)
@@ -219,8 +203,6 @@ def test_take_over_takes_a_live_holders_lease(root: RunRoot) -> None:
 
 
 @pytest.mark.s3
-
-
 def test_release_frees_the_root_for_the_next_run_without_a_takeover(root: RunRoot, caplog) -> None:
     first = _take(root)
     first.release()
@@ -241,8 +223,6 @@ def _wait(condition: Callable[[], bool], timeout: float = 20.0) -> bool:
 
 
 @pytest.mark.s3
-
-
 def test_the_heartbeat_is_renewed_and_a_lost_lease_noticed(root: RunRoot, caplog) -> None:
     held = _take(root, heartbeat_s=0.2)
     first = held.holder.heartbeat
@@ -257,8 +237,6 @@ def test_the_heartbeat_is_renewed_and_a_lost_lease_noticed(root: RunRoot, caplog
 
 
 @pytest.mark.s3
-
-
 def test_hold_releases_on_errors_and_ctrl_c(root: RunRoot) -> None:
     store = load_config().store
     for exc in (RuntimeError("boom"), KeyboardInterrupt()):
@@ -268,8 +246,6 @@ def test_hold_releases_on_errors_and_ctrl_c(root: RunRoot) -> None:
 
 
 @pytest.mark.s3
-
-
 def test_a_withdrawn_first_lease_leaves_no_claim_but_a_taken_over_one_stays_released(root: RunRoot) -> None:
     """A run refused before it wrote anything withdraws its claim when no run held the root before (issue #46):
     no `_lease/` of a run that never happened. After an earlier holder, its claim is released instead, so claim
@@ -290,8 +266,6 @@ def test_a_withdrawn_first_lease_leaves_no_claim_but_a_taken_over_one_stays_rele
 
 
 @pytest.mark.s3
-
-
 def test_a_reader_warns_and_goes_on_while_a_writer_refuses(root: RunRoot, caplog) -> None:
     store = load_config().store
     assert lease.writer_warning(root) is None
@@ -308,8 +282,6 @@ def test_a_reader_warns_and_goes_on_while_a_writer_refuses(root: RunRoot, caplog
 
 
 @pytest.mark.s3
-
-
 def test_an_unreadable_claim_counts_as_stale(root: RunRoot) -> None:
     root.write_bytes(claim_name(3), b"not json")
     taken = _take(root)
@@ -370,8 +342,6 @@ def test_a_second_run_on_a_held_root_refuses_at_once(tmp_path: Path, tiny_model_
 
 
 @pytest.mark.s3
-
-
 def test_compare_and_report_warn_about_a_root_being_written(tmp_path: Path, capsys) -> None:
     from longeval import cli
     root = RunRoot(str(tmp_path / "run"))
@@ -387,8 +357,6 @@ def test_compare_and_report_warn_about_a_root_being_written(tmp_path: Path, caps
 
 
 @pytest.mark.s3
-
-
 def test_a_taken_over_runs_replica_writer_commits_nothing_more(root: RunRoot) -> None:
     """A killed driver's replicas outlive it by about a second and committed parts a rerun had listed as not done
     (it ran them again); a driver past its stale limit has replicas that would write on. A replica's writer gets

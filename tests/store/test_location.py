@@ -326,8 +326,6 @@ def bucket(s3_env) -> str:
 
 
 @pytest.mark.s3
-
-
 def test_s3_stat_and_exists(bucket: str) -> None:
     info = files.stat(f"s3://{bucket}/files/a.txt")
     assert (info.type, info.size) == (pafs.FileType.File, 5)
@@ -337,8 +335,6 @@ def test_s3_stat_and_exists(bucket: str) -> None:
 
 
 @pytest.mark.s3
-
-
 def test_s3_listing(bucket: str) -> None:
     assert files.list_files(f"s3://{bucket}/files") == ["a.txt"]
     assert files.list_files(f"s3://{bucket}/files/", recursive=True) == ["a.txt", "sub/b.txt", "sub/deeper/c.txt"]
@@ -349,16 +345,12 @@ def test_s3_listing(bucket: str) -> None:
 
 
 @pytest.mark.s3
-
-
 def test_s3_listing_a_missing_bucket_says_so(s3_env) -> None:
     with pytest.raises(StoreError, match="bucket 'no-such-bucket-longeval' does not exist"):
         Location("s3://no-such-bucket-longeval/run").files("x")
 
 
 @pytest.mark.s3
-
-
 def test_s3_open_read_and_put(bucket: str) -> None:
     with files.open_input(f"s3://{bucket}/files/sub/b.txt") as f:
         assert f.size() == 4 and f.read() == b"beta"
@@ -375,8 +367,6 @@ def test_s3_open_read_and_put(bucket: str) -> None:
 
 
 @pytest.mark.s3
-
-
 def test_s3_copies_are_server_side_and_publish_whole_objects(bucket: str, s3_env, tmp_path: Path) -> None:
     location = Location(f"s3://{bucket}/files")
     other = Location(f"s3://{bucket}/files/copies")
@@ -398,8 +388,6 @@ def test_s3_copies_are_server_side_and_publish_whole_objects(bucket: str, s3_env
 
 
 @pytest.mark.s3
-
-
 def test_s3_touch_writes_the_object_again(bucket: str) -> None:
     location = Location(f"s3://{bucket}/files")
     before = location.info("a.txt").mtime
@@ -411,16 +399,12 @@ def test_s3_touch_writes_the_object_again(bucket: str) -> None:
 
 
 @pytest.mark.s3
-
-
 def test_s3_write_uri(bucket: str, s3_env) -> None:
     files.write_uri(f"s3://{bucket}/files/out/pool.parquet", b"pool")
     assert s3_env.client().get_object(Bucket=bucket, Key="files/out/pool.parquet")["Body"].read() == b"pool"
 
 
 @pytest.mark.s3
-
-
 def test_s3_fingerprint_follows_the_object(bucket: str, s3_env) -> None:
     uri = f"s3://{bucket}/files/a.txt"
     first = files.fingerprint(uri)

@@ -61,8 +61,6 @@ def root(server: S3Server) -> RunRoot:
 
 
 @pytest.mark.s3
-
-
 def test_uri_and_paths(root: RunRoot, server: S3Server) -> None:
     assert root.uri == f"s3://{server.bucket}/{PREFIX}"
     assert RunRoot(f"s3://{server.bucket}/{PREFIX}/").uri == root.uri
@@ -71,8 +69,6 @@ def test_uri_and_paths(root: RunRoot, server: S3Server) -> None:
 
 
 @pytest.mark.s3
-
-
 def test_table_round_trip(root: RunRoot, server: S3Server) -> None:
     table = predictions(5)
     root.write_table("predictions", "shard-00000", table)
@@ -91,8 +87,6 @@ def test_table_round_trip(root: RunRoot, server: S3Server) -> None:
 
 
 @pytest.mark.s3
-
-
 def test_json_and_text_round_trip(root: RunRoot, server: S3Server) -> None:
     obj = {"model": "smollm2", "lengths": [4096, 8192], "nested": {"ü": None, "x": 1.5}}
     root.write_json("config.json", obj)
@@ -107,8 +101,6 @@ def test_json_and_text_round_trip(root: RunRoot, server: S3Server) -> None:
 
 
 @pytest.mark.s3
-
-
 def test_read_stage_concatenates_in_sorted_name_order(root: RunRoot) -> None:
     for k in (2, 0, 10, 1):
         root.write_table("predictions", f"shard-{k:05d}", predictions(2, start=10 * k))
@@ -119,8 +111,6 @@ def test_read_stage_concatenates_in_sorted_name_order(root: RunRoot) -> None:
 
 
 @pytest.mark.s3
-
-
 def test_empty_stage_gives_empty_table_with_schema(root: RunRoot) -> None:
     empty = root.read_stage("scores", PREDICTION_SCHEMA)
     assert empty.num_rows == 0 and empty.schema == PREDICTION_SCHEMA
@@ -129,8 +119,6 @@ def test_empty_stage_gives_empty_table_with_schema(root: RunRoot) -> None:
 
 
 @pytest.mark.s3
-
-
 def test_resume_sees_exactly_the_finished_shards(root: RunRoot) -> None:
     wanted = {f"shard-{k:05d}" for k in range(5)}
     for name in sorted(wanted)[:3]:
@@ -146,8 +134,6 @@ def test_resume_sees_exactly_the_finished_shards(root: RunRoot) -> None:
 
 
 @pytest.mark.s3
-
-
 def test_a_write_that_fails_midway_publishes_nothing(root: RunRoot, server: S3Server) -> None:
     good = predictions(2)
     root.write_table("predictions", "s0", good)
@@ -161,8 +147,6 @@ def test_a_write_that_fails_midway_publishes_nothing(root: RunRoot, server: S3Se
 
 
 @pytest.mark.s3
-
-
 def test_a_shard_without_its_commit_record_is_not_read(root: RunRoot, server: S3Server) -> None:
     """A crash between the data upload and the commit record leaves a shard that readers never see."""
     root.write_table("predictions", "s0", predictions(2))
@@ -174,8 +158,6 @@ def test_a_shard_without_its_commit_record_is_not_read(root: RunRoot, server: S3
 
 
 @pytest.mark.s3
-
-
 def test_verify_names_a_shard_whose_bytes_changed(root: RunRoot, server: S3Server) -> None:
     root.write_table("predictions", "s0", predictions(2))
     root.write_table("predictions", "s1", predictions(3))
@@ -184,8 +166,6 @@ def test_verify_names_a_shard_whose_bytes_changed(root: RunRoot, server: S3Serve
 
 
 @pytest.mark.s3
-
-
 def test_shard_names_ignore_stray_objects(root: RunRoot, server: S3Server) -> None:
     root.write_table("predictions", "s0", predictions(1))
     client = server.client()
@@ -196,8 +176,6 @@ def test_shard_names_ignore_stray_objects(root: RunRoot, server: S3Server) -> No
 
 
 @pytest.mark.s3
-
-
 def test_large_shard_round_trip(root: RunRoot) -> None:
     """A shard bigger than pyarrow's upload part size (10 MB) still arrives whole."""
     rng = random.Random(0)  # incompressible bytes, so the Parquet file really is ~16 MB
@@ -207,8 +185,6 @@ def test_large_shard_round_trip(root: RunRoot) -> None:
 
 
 @pytest.mark.s3
-
-
 def test_pickled_run_root_works_and_carries_no_secrets(root: RunRoot, server: S3Server) -> None:
     root.write_json("a.json", [1])
     blob = pickle.dumps(root)
@@ -218,16 +194,12 @@ def test_pickled_run_root_works_and_carries_no_secrets(root: RunRoot, server: S3
 
 
 @pytest.mark.s3
-
-
 def test_missing_object_raises_store_error(root: RunRoot) -> None:
     with pytest.raises(StoreError, match="does not exist"):
         root.read_text("absent.txt")
 
 
 @pytest.mark.s3
-
-
 def test_missing_bucket_raises_store_error(server: S3Server) -> None:
     root = RunRoot("s3://no-such-bucket-longeval/run1")
     with pytest.raises(StoreError, match="bucket 'no-such-bucket-longeval' does not exist") as info:
@@ -236,8 +208,6 @@ def test_missing_bucket_raises_store_error(server: S3Server) -> None:
 
 
 @pytest.mark.s3
-
-
 def test_wrong_credentials_raise_store_error(server: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret-value")
     root = RunRoot(f"s3://{server.bucket}/{PREFIX}")
@@ -274,8 +244,6 @@ def test_wrong_endpoint_fails_fast_with_a_helpful_message(monkeypatch: pytest.Mo
 
 
 @pytest.mark.s3
-
-
 def test_a_store_outage_within_the_patience_costs_a_pause_not_the_write(
     root: RunRoot, server: S3Server
 ) -> None:
@@ -298,8 +266,6 @@ def test_a_store_outage_within_the_patience_costs_a_pause_not_the_write(
 
 
 @pytest.mark.s3
-
-
 def test_an_s3_run_root_from_before_commit_records_is_adopted(server: S3Server) -> None:
     root = RunRoot(f"s3://{server.bucket}/legacy-run")
     root.write_table("predictions", "p0", predictions(3))
@@ -313,8 +279,6 @@ def test_an_s3_run_root_from_before_commit_records_is_adopted(server: S3Server) 
 
 
 @pytest.mark.s3
-
-
 def test_copy_shard_is_a_server_side_copy_of_both_objects(root: RunRoot, server: S3Server) -> None:
     table = predictions(4)
     root.write_table("instances", "s0", table)

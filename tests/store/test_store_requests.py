@@ -61,8 +61,6 @@ def table(n: int) -> pa.Table:
 
 
 @pytest.mark.s3
-
-
 def test_a_shard_is_two_puts_and_no_multipart_upload(meter: S3Meter, logged_server: S3Server) -> None:
     root = RunRoot(f"s3://{logged_server.bucket}/{PREFIX}/puts")
     by_method, listings = requests(meter, lambda: root.write_table("scores", "a", table(100)))
@@ -72,8 +70,6 @@ def test_a_shard_is_two_puts_and_no_multipart_upload(meter: S3Meter, logged_serv
 
 
 @pytest.mark.s3
-
-
 def test_a_remembering_root_lists_a_stage_once_and_sees_its_own_writes(
     meter: S3Meter, logged_server: S3Server
 ) -> None:
@@ -91,8 +87,6 @@ def test_a_remembering_root_lists_a_stage_once_and_sees_its_own_writes(
 
 
 @pytest.mark.s3
-
-
 def test_a_stage_written_elsewhere_is_listed_afresh(meter: S3Meter, logged_server: S3Server) -> None:
     uri = f"s3://{logged_server.bucket}/{PREFIX}/elsewhere"
     root, actor = RunRoot(uri, remember_listings=True), RunRoot(uri)
@@ -121,8 +115,6 @@ def test_pickled_roots_forget_what_they_listed(tmp_path: Path) -> None:
 
 
 @pytest.mark.s3
-
-
 def test_metadata_columns_are_read_once_until_the_stage_changes(meter: S3Meter, logged_server: S3Server) -> None:
     uri = f"s3://{logged_server.bucket}/{PREFIX}/kept"
     root = RunRoot(uri, remember_listings=True)
@@ -169,8 +161,6 @@ META = ["instance_id", "family", "task", "target_length", "seed", "shard_index",
 
 
 @pytest.mark.s3
-
-
 def test_a_driver_reads_listed_shards_without_a_head_and_each_record_once(
     meter: S3Meter, logged_server: S3Server
 ) -> None:
@@ -192,8 +182,6 @@ def test_a_driver_reads_listed_shards_without_a_head_and_each_record_once(
 
 
 @pytest.mark.s3
-
-
 def test_a_worker_reads_a_whole_shard_in_two_gets(meter: S3Meter, logged_server: S3Server) -> None:
     """A whole-shard read (a scorer's prediction file): its bytes and its commit record, one GET each, checked
     against each other; no HEAD before either."""
@@ -206,8 +194,6 @@ def test_a_worker_reads_a_whole_shard_in_two_gets(meter: S3Meter, logged_server:
 
 
 @pytest.mark.s3
-
-
 def test_a_replica_given_listed_sizes_reads_a_shard_in_three_requests(
     meter: S3Meter, logged_server: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -237,8 +223,6 @@ def _read_every_prompt(uri: str, names: list[str], sizes: dict[str, int], group_
 
 
 @pytest.mark.s3
-
-
 def test_compaction_maps_parts_to_shards_from_the_metadata_the_driver_kept(
     meter: S3Meter, logged_server: S3Server
 ) -> None:
@@ -262,8 +246,6 @@ def test_compaction_maps_parts_to_shards_from_the_metadata_the_driver_kept(
 
 
 @pytest.mark.s3
-
-
 def test_asking_after_a_missing_file_is_one_head(meter: S3Meter, logged_server: S3Server) -> None:
     """A lease's heartbeat asks after the claim after its own every beat: one HEAD, not a HEAD and a listing of
     `<key>/` (pyarrow's check for a folder of that name)."""
@@ -305,8 +287,6 @@ def scored_run(meter: S3Meter, logged_server: S3Server) -> str:
 
 
 @pytest.mark.s3
-
-
 def test_the_report_stage_reads_each_file_with_at_most_three_requests(meter: S3Meter, scored_run: str) -> None:
     """`longeval report`'s summaries: the consistency check, the plan's ids and the families' `meta` are all asked
     of the instance shards; each shard is read once (footer and metadata ranges), and each prefix listed once."""
@@ -326,8 +306,6 @@ def test_the_report_stage_reads_each_file_with_at_most_three_requests(meter: S3M
 
 
 @pytest.mark.s3
-
-
 def test_the_html_report_reads_each_file_with_at_most_three_requests(
     meter: S3Meter, scored_run: str, tmp_path: Path
 ) -> None:
@@ -348,8 +326,6 @@ def test_the_html_report_reads_each_file_with_at_most_three_requests(
 
 
 @pytest.mark.s3
-
-
 def test_shards_the_writers_reported_are_known_without_a_listing(meter: S3Meter, logged_server: S3Server) -> None:
     """The infer stage's replicas report the parts they committed: after their block the driver knows the stage
     (what it listed before, and those parts) and its merge lists nothing; when one died, it lists again."""
@@ -371,8 +347,6 @@ def test_shards_the_writers_reported_are_known_without_a_listing(meter: S3Meter,
 
 
 @pytest.mark.s3
-
-
 def test_a_replica_reads_a_small_shard_whole_in_one_get(meter: S3Meter, logged_server: S3Server) -> None:
     """A shard below `WHOLE_READ_BYTES` whose size the driver listed: one GET of the whole file, then every read
     from memory (not a 64 KiB footer read and the pages again: up to twice the bytes, in three requests)."""
@@ -388,8 +362,6 @@ def test_a_replica_reads_a_small_shard_whole_in_one_get(meter: S3Meter, logged_s
 
 
 @pytest.mark.s3
-
-
 def test_a_stage_of_metadata_is_read_whole_at_its_first_read(meter: S3Meter, logged_server: S3Server) -> None:
     """Scores have no bulky column: the consistency check's two columns (far apart in the file) and then every
     column (the summaries, the per-instance CSV) cost one footer and one range per command, not three reads."""
@@ -431,8 +403,6 @@ def long_prompt_shards(
 
 
 @pytest.mark.s3
-
-
 def test_a_metadata_read_of_a_long_prompts_shard_is_its_footer(meter: S3Meter, long_prompt_shards) -> None:
     """The metadata columns come from the footer's copy: one footer read per shard (one GET, two for a footer over
     64 KiB), not one range per row group."""
@@ -449,8 +419,6 @@ def test_a_metadata_read_of_a_long_prompts_shard_is_its_footer(meter: S3Meter, l
 
 
 @pytest.mark.s3
-
-
 def test_a_replica_reads_a_long_prompts_shard_in_two_gets(
     meter: S3Meter, long_prompt_shards, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -495,8 +463,6 @@ def _read_a_six_shard_context(
 
 
 @pytest.mark.s3
-
-
 def test_a_replica_reads_ahead_only_into_the_budget_its_kept_groups_leave_free(
     meter: S3Meter, logged_server: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -512,8 +478,6 @@ def test_a_replica_reads_ahead_only_into_the_budget_its_kept_groups_leave_free(
 
 
 @pytest.mark.s3
-
-
 def test_a_context_s_shards_each_get_an_equal_share_of_the_read_ahead(
     meter: S3Meter, logged_server: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -526,8 +490,6 @@ def test_a_context_s_shards_each_get_an_equal_share_of_the_read_ahead(
 
 
 @pytest.mark.s3
-
-
 def test_a_replica_on_s3_gives_freed_memory_back_after_each_read(
     meter: S3Meter, long_prompt_shards, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -82,8 +82,6 @@ def test_a_local_data_file_is_fingerprinted_by_its_bytes(tmp_path: Path) -> None
 
 
 @pytest.mark.s3
-
-
 def test_a_remote_data_file_is_fingerprinted_by_size_and_etag(s3_env: S3Server) -> None:  # noqa: F811
     """Changed remote data must change the instance ids (it used to hash as '-')."""
     client, bucket = s3_env.client(), s3_env.bucket

@@ -14,7 +14,7 @@ from longeval.run.pipeline import run
 from longeval.store.run_root import RunRoot
 from tests.tasks.longbench_v2.lb2_helpers import make_item, write_json
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.ray, pytest.mark.engine]
 
 
 def test_zero_shot_run_truncates_scores_and_breaks_down(tmp_path, tiny_model_path):

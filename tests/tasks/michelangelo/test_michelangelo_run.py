@@ -13,6 +13,7 @@ from longeval.store.run_root import RunRoot
 pytestmark = pytest.mark.engine
 
 
+@pytest.mark.ray
 def test_a_run_writes_scores_slices_curves_and_chance_rates(tmp_path, tiny_model_path):
     cfg = load_config(["model=tiny_random", "suite=michelangelo_quick", "suite.samples=3", "suite.shard_size=3",
                        "+suite.params.latent_list.max_new_tokens=16", "+suite.params.idk.max_new_tokens=16",

@@ -537,8 +537,6 @@ def test_niah_depth_is_stratified_and_the_needles_sit_there(key: str, ctx: GenCo
             assert abs(where - depth) <= 10, (index, where, depth)
 
 
-
-
 @pytest.mark.parametrize(
     ("key", "length"),
     [pytest.param("ruler/niah_multikey_2", n, id=f"niah_multikey_2-{n}") for n in (1024, 2048)]
@@ -574,8 +572,6 @@ def test_too_short_a_length_raises_length_error(spec: TaskSpec, ctx: GenContext)
     length = 140 if spec.name == "fwe" else 200  # fwe's template and budget do fit in 200 tokens
     with pytest.raises(LengthError, match=r"suite\.lengths"):
         _generate(ctx, spec.key, length, 0)
-
-
 
 
 @pytest.mark.parametrize(
@@ -668,8 +664,6 @@ def test_instance_fields_are_consistent(instances: Callable[[str, int], list[Ins
     assert meta["prompt_format"] == {"chat_template": True, "answer_prefix": True, "system_prompt": None,
                                      "reasoning": False}
     assert meta["params"]["haystack"] == "noise"
-
-
 
 
 @pytest.mark.parametrize(("name", "field", "value"), [("qa_1", "answer", None), ("qa_1", "answer", 42),

@@ -13,7 +13,7 @@ from longeval.run.pipeline import run
 from longeval.store.run_root import RunRoot
 from longeval.tasks.sync import ERROR_TYPES
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.ray, pytest.mark.engine]
 
 
 @pytest.fixture(scope="module")
