@@ -32,9 +32,18 @@ DRIVER = textwrap.dedent("""
     def ours():
         return [p for p in psutil.Process().children(recursive=True) if p.pid != bystander.pid]
 
+    def commands():
+        found = []
+        for p in ours():
+            try:
+                found.append(" ".join(p.cmdline()))
+            except psutil.Error:
+                continue
+        return " ".join(found)
+
     deadline = time.monotonic() + 60
-    while not {"DashboardAgent", "RuntimeEnvAgent"} <= {w for p in ours() for w in " ".join(p.cmdline()).split(
-            "::")} and time.monotonic() < deadline:
+    while not all(agent in commands() for agent in ("DashboardAgent", "RuntimeEnvAgent")):
+        assert time.monotonic() < deadline, commands()
         time.sleep(0.1)  # until the agents are up
     ray_procs = ours()
     [reaper] = [p for p in ray_procs if "longeval.cluster.reaper" in " ".join(p.cmdline())]
