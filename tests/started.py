@@ -140,7 +140,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         return
     _SEEN.read()
     kinds = _SEEN.kinds_between(item.stash.get(_START, call.start), time.time())
-    for name in getattr(item, "fixturenames", ()):
+    used = {*getattr(item, "fixturenames", ()), *getattr(item, "funcargs", {})}  # with getfixturevalue's
+    for name in sorted(used):
         for span in _FIXTURE_SPANS.pop(name, []):
             _FIXTURE_KINDS.setdefault(name, set()).update(_SEEN.kinds_between(*span))
         kinds |= _FIXTURE_KINDS.get(name, set())
