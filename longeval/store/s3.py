@@ -115,25 +115,24 @@ def s3_endpoint_from_env(env: dict[str, str] | None = None) -> S3Endpoint | None
 
 def default_patience() -> float:
     """Seconds to keep retrying transient S3 errors: $LONGEVAL_S3_PATIENCE_S, else 300."""
-    value = os.environ.get(PATIENCE_ENV_VAR, "").strip()
-    if not value:
-        return DEFAULT_PATIENCE_S
-    try:
-        return max(0.0, float(value))
-    except ValueError as exc:
-        raise StoreError(f"{PATIENCE_ENV_VAR}={value!r} is not a number of seconds, e.g. 300") from exc
+    return _seconds_from_env(PATIENCE_ENV_VAR, DEFAULT_PATIENCE_S)
 
 
 def default_retry_wait() -> float:
     """The longest wait between two tries: $LONGEVAL_S3_RETRY_WAIT_S, else 10 s (the fault tests shorten it, so
     a restarted server is seen at once)."""
-    value = os.environ.get(RETRY_WAIT_ENV_VAR, "").strip()
+    return _seconds_from_env(RETRY_WAIT_ENV_VAR, DEFAULT_RETRY_WAIT_S)
+
+
+def _seconds_from_env(var: str, default: float) -> float:
+    """A non-negative number of seconds from an environment variable, or `default` when it is unset or empty."""
+    value = os.environ.get(var, "").strip()
     if not value:
-        return DEFAULT_RETRY_WAIT_S
+        return default
     try:
         return max(0.0, float(value))
     except ValueError as exc:
-        raise StoreError(f"{RETRY_WAIT_ENV_VAR}={value!r} is not a number of seconds, e.g. 10") from exc
+        raise StoreError(f"{var}={value!r} is not a number of seconds, e.g. {default:g}") from exc
 
 
 # -- transient errors --------------------------------------------------------------------------------------
