@@ -166,6 +166,33 @@ def test_test_time_charges_each_test_to_what_it_starts(tmp_path: Path) -> None:
     assert "tests.stages.infer.test_infer::test_b" in out.split("## tests")[1]
 
 
+WORK = "n = 0\nfor i in range(6_000_000):\n    n += i\n"  # a fixed amount of CPU, whatever the load
+
+
+def _cgroups_writable() -> bool:
+    return os.geteuid() == 0 and Path("/sys/fs/cgroup").is_dir()
+
+
+@pytest.mark.skipif(not _cgroups_writable(), reason="cpu_seconds.py makes a cgroup: needs root")
+def test_cpu_seconds_counts_what_the_command_starts_and_leaves_behind(tmp_path: Path) -> None:
+    """The work of a detached grandchild that outlives the command counts too (as Ray's agents do)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-c", WORK], check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    once = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    detached = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {WORK!r}], start_new_session=True)"
+    both = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {detached!r}]); exec({WORK!r})"
+    proc = _script("cpu_seconds.py", "--", sys.executable, "-c", both)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [line] = [line for line in proc.stdout.splitlines() if line.startswith("cpu_seconds")]
+    seconds = float(line.split()[1])
+    assert 1.6 * once <= seconds <= 3 * once + 2, (once, line)  # two WORKs and three interpreters' start-up
+    groups = [p for top in ("/sys/fs/cgroup", "/sys/fs/cgroup/cpuacct") for p in Path(top).glob("longeval-cpu-*")]
+    assert not groups  # the group is removed
+
+
 def test_the_sampler_names_the_real_parts_by_their_processes() -> None:
     from tests.watch_processes import kind_of
 
