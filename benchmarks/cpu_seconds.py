@@ -12,6 +12,7 @@ ends and its leftovers had two seconds to go. Needs write access to the cgroup t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -60,10 +61,8 @@ def run(command: list[str], settle_s: float = 2.0) -> tuple[int, float, float]:
     seconds = used_seconds(group, counter)
     parent = group.parent / "cgroup.procs"
     for pid in (group / "cgroup.procs").read_text().split():  # leftovers back to the root group, so it can go
-        try:
+        with contextlib.suppress(OSError):  # it ended meanwhile
             parent.write_text(pid)
-        except OSError:
-            pass
     try:
         group.rmdir()
     except OSError:
