@@ -27,6 +27,11 @@
 #   LONGEVAL_RAY_START_ARGS  extra `ray start` arguments, e.g. "--object-store-memory=4000000000"
 #   LONGEVAL_RAY_NUM_CPUS, LONGEVAL_RAY_NUM_GPUS  what `run` gives its one node (default: all CPUs, Ray's GPU count)
 #   LONGEVAL_RAY_WAIT_TIMEOUT  seconds to wait for the cluster (default 300)
+#   LONGEVAL_RAY_STATUS_EVERY  seconds between the cluster waits' `ray status` polls (each a Python process of
+#                         about 2 CPU-seconds) until a raylet socket shows in the temp dir on this machine (default 5);
+#                         the head's appears there just before its node registers, and from then on they run every
+#                         2 s. A head whose temp dir this machine cannot see (a container's /tmp) is polled every
+#                         LONGEVAL_RAY_STATUS_EVERY s throughout
 #   LONGEVAL_RAY_STOP_TIMEOUT  seconds for the nodes to stop after SIGTERM before SIGKILL (default 60)
 #   LONGEVAL_RAY_TAG      marks this cluster's processes for the final sweep (default: random)
 #   LONGEVAL_RUNTIME_ENV  runtime_env YAML for the job (default: cluster/runtime_env.yaml)
@@ -191,16 +196,24 @@ rc_counts() {
         END { printf "%d %d %d\n", nodes, cpus, gpus }'
 }
 
+# Whether a raylet of this cluster listens on this machine: its socket under our temp dir (the head's, when it
+# runs here). Checked instead of `ray status` until it is there.
+rc_raylet_here() { compgen -G "$RC_TMP/session_*/sockets/raylet*" >/dev/null; }
+
 # rc_wait NODES [CPUS] [GPUS]: until the cluster has at least that much, a `ray start` dies, or the timeout.
 rc_wait() {
     local want_nodes=$1 want_cpus=${2:-0} want_gpus=${3:-0}
     local timeout=${LONGEVAL_RAY_WAIT_TIMEOUT:-300} started=$SECONDS nodes=0 cpus=0 gpus=0
+    local every=${LONGEVAL_RAY_STATUS_EVERY:-5} polled=$SECONDS
     rc_log "waiting for $want_nodes node(s), $want_cpus CPUs, $want_gpus GPUs (up to $timeout s)"
     while true; do
-        read -r nodes cpus gpus <<<"$(rc_counts)"
-        if (( nodes >= want_nodes && cpus >= want_cpus && gpus >= want_gpus )); then
-            rc_log "Ray cluster is up: $nodes node(s), $cpus CPUs, $gpus GPUs after $((SECONDS - started)) s"
-            return 0
+        if rc_raylet_here || (( SECONDS - polled >= every )); then
+            polled=$SECONDS
+            read -r nodes cpus gpus <<<"$(rc_counts)"
+            if (( nodes >= want_nodes && cpus >= want_cpus && gpus >= want_gpus )); then
+                rc_log "Ray cluster is up: $nodes node(s), $cpus CPUs, $gpus GPUs after $((SECONDS - started)) s"
+                return 0
+            fi
         fi
         local pid
         for pid in "${RC_PIDS[@]}"; do
@@ -210,7 +223,7 @@ rc_wait() {
             rc_die "the Ray cluster did not come up within $timeout s: $nodes/$want_nodes nodes," \
                 "$cpus/$want_cpus CPUs, $gpus/$want_gpus GPUs"
         fi
-        sleep 2
+        if rc_raylet_here; then sleep 2; else sleep 0.5; fi
     done
 }
 

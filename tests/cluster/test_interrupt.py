@@ -74,13 +74,14 @@ def test_sigterm_gives_the_lease_back_says_how_to_resume_and_exits_143(tmp_path)
 @pytest.mark.parametrize("stage", ["instances", pytest.param("predictions", marks=pytest.mark.engine)])
 @pytest.mark.ray
 def test_ctrl_c_says_how_to_resume_and_exits_130(tmp_path, stage):
-    # One-instance shards: generation (200) and inference (40: about 20 s of prompts, all generated before the
-    # first runs) both outlast the wait; predictions committed row by row, so the first lands as soon as a prompt
-    # finishes, not after the 30 s commit interval
-    samples = 200 if stage == "instances" else 40
-    argv = ["run", "model=tiny_random", "suite.tasks=[niah_single_2]", "suite.lengths=[4096]",
-            f"suite.samples={samples}", "suite.shard_size=1", "store.cache_instances=false",
-            "cluster.commit_interval_s=0", f"store.root={tmp_path}", "run_name=ctrlc"]
+    # One-instance shards: generation (200) and inference (12 prompts of 4K tokens, all generated before the first
+    # runs, one at a time: each a prefill of its own, so 11 are left when the first lands) both outlast the wait;
+    # predictions committed row by row, so the first lands as soon as a prompt finishes, not after the 30 s commit
+    # interval
+    sizes = ["suite.samples=200"] if stage == "instances" else ["suite.samples=12", "model.max_num_seqs=1"]
+    argv = ["run", "model=tiny_random", "suite.tasks=[niah_single_2]", "suite.lengths=[4096]", *sizes,
+            "suite.shard_size=1", "store.cache_instances=false", "cluster.commit_interval_s=0",
+            f"store.root={tmp_path}", "run_name=ctrlc"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     proc = subprocess.Popen([sys.executable, "-m", "longeval.cli", *argv], cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)

@@ -59,11 +59,14 @@ def ray_head() -> Iterator[tuple[str, dict[str, str]]]:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(TMPDIR=str(scratch), RAY_AUTH_MODE="disabled", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
     ray = str(Path(sys.executable).parent / "ray")
+    # No drain on SIGTERM (Ray's default waits up to 30 s for its node to drain; there is nothing to drain), as in
+    # cluster/ray_cluster.sh: the teardown then needs no SIGKILL after its 10 s.
     head = subprocess.Popen(
         [ray, "start", "--head", "--block", f"--port={port}", f"--temp-dir={scratch / 'ray'}", "--num-cpus=1",
          "--node-ip-address=127.0.0.1", "--include-dashboard=false",
          f"--dashboard-agent-listen-port={_free_port()}"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        env={**env, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         address = f"127.0.0.1:{port}"
         marker = scratch / "ray" / "ray_current_cluster"
@@ -123,27 +126,46 @@ def test_an_unreachable_address_is_one_line_not_a_traceback(tmp_path):
     assert "cannot join the Ray cluster at 127.0.0.1:" in text and "Traceback" not in text
 
 
-@pytest.mark.parametrize(("root", "given", "seen"), [("s3://bucket/runs", None, "2"), ("s3://bucket/runs", "4", "4"),
-                                                   ("runs", None, "None")])
+ARENA_CASES = [("s3://bucket/runs", None, "2"), ("s3://bucket/runs", "4", "4"), ("runs", None, "None")]
+
+# Each case a private local Ray of its own, started after the case's environment is set, as a run's process starts
+# one: in one process for the three (`ray.shutdown` ends each Ray, and the next starts from the environment then).
+# One CPU each: Ray starts a Python worker per CPU as it comes up, and one task needs one.
+ARENAS = """
+import os, sys, ray
+from longeval.config import load_config
+from longeval.cluster.ray_runtime import init_ray
+for case in sys.argv[1:]:
+    root, given = case.split(",")
+    os.environ.pop("MALLOC_ARENA_MAX", None)
+    if given:
+        os.environ["MALLOC_ARENA_MAX"] = given
+    init_ray(load_config(["model=tiny_random", f"store.root={root}", "cluster.num_cpus=1"]))
+    seen = ray.get(ray.remote(lambda: os.environ.get("MALLOC_ARENA_MAX")).remote())
+    print("ARENAS", root, given or "-", seen, flush=True)
+    ray.shutdown()
+"""
+
+
+@pytest.fixture(scope="module")
+def arenas() -> str:
+    """What a worker of each case's local Ray saw, one line per case."""
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    env.update({"PYTHONPATH": str(REPO), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
+    proc = subprocess.run([sys.executable, "-c", ARENAS, *(f"{root},{given or ''}" for root, given, _ in ARENA_CASES)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.mark.parametrize(("root", "given", "seen"), ARENA_CASES)
 @pytest.mark.ray
 def test_a_local_rays_workers_on_an_s3_root_allocate_from_two_heaps_unless_the_environment_says_otherwise(
-    root: str, given: str | None, seen: str
+    arenas: str, root: str, given: str | None, seen: str
 ) -> None:
     """Threads' own heaps kept what the S3 client freed in a replica (`runtime.MALLOC_ARENA_MAX`); Ray's workers
     inherit the limit from the run's process when its root is on S3, and a user's own setting wins."""
-    code = ("import os, ray\n"
-            "from longeval.config import load_config\n"
-            "from longeval.cluster.ray_runtime import init_ray\n"
-            f"init_ray(load_config(['model=tiny_random', 'store.root={root}']))\n"
-            "print('ARENAS', ray.get(ray.remote(lambda: os.environ.get('MALLOC_ARENA_MAX')).remote()))\n"
-            "ray.shutdown()\n")
-    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
-    env.update({"PYTHONPATH": str(REPO), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-                **({"MALLOC_ARENA_MAX": given} if given else {})})
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"ARENAS {seen}" in proc.stdout, proc.stdout[-2000:]
+    assert f"ARENAS {root} {given or '-'} {seen}\n" in arenas, arenas[-2000:]
 
 
 def test_the_pinned_rays_map_batches_still_takes_max_restarts():

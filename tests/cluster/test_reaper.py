@@ -26,7 +26,7 @@ DRIVER = textwrap.dedent("""
     from longeval.cluster.ray_runtime import init_ray
 
     bystander = subprocess.Popen(["sleep", "300"])  # not Ray's: born just before it, must outlive its watcher
-    init_ray(load_config([]))
+    init_ray(load_config(["cluster.num_cpus=1"]))  # one CPU: Ray starts a Python worker per CPU as it comes up
     ray.get(ray.remote(lambda: 1).remote())  # a worker too
 
     def ours():
