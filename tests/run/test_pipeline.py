@@ -2,7 +2,8 @@
 
 Each engine start costs about a minute on two cores, so the module runs a handful of small runs and
 checks everything about each: the tiny model's whole run is also the reference the interrupted run must end like,
-and SmolLM2 runs once, only for what needs a model that finds needles.
+and SmolLM2 runs once, for what needs a model that finds needles, with a pool of over-long prompts beside it for
+the pools test.
 """
 
 from __future__ import annotations
@@ -92,31 +93,15 @@ def test_rerun_skips_everything_done(tmp_path, tiny_run):
     assert root.read_stage("predictions", PREDICTION_SCHEMA).num_rows == 4 * 2 * 3
 
 
-@pytest.mark.ray
-def test_pools_per_length_bucket_and_over_long_prompts(tmp_path, tiny_model_path):
-    """Two pools; the second's prompts exceed the model's max_model_len: recorded, scored 0, never sent."""
-    cfg = load_config([*TINY, f"store.root={tmp_path}", "suite.tasks=[niah_single_1]", "suite.lengths=[1024,2048]",
-                       "model.max_model_len=1024", "cluster.bucket_edges=[1024]", "suite.allow_too_long=true"])
-    result = run(cfg)
-    root = RunRoot(cfg.run_root)
-    preds = {p["instance_id"]: p for p in root.read_stage("predictions", PREDICTION_SCHEMA).to_pylist()}
-    instances = root.read_stage("instances", INSTANCE_SCHEMA).to_pylist()
-    assert len(preds) == 6
-    for inst in instances:
-        error = preds[inst["instance_id"]]["error"]
-        assert error.startswith("prompt_too_long") == (inst["target_length"] == 2048)
-    rows = {r["target_length"]: r for r in result.summary.to_pylist()}
-    assert rows[2048]["too_long"] == 3 and rows[2048]["score"] == 0
-    assert rows[1024]["too_long"] == 0
-    engines = list(Path(cfg.run_root, "engines").glob("*.json"))
-    assert len(engines) == 1  # the all-too-long pool never started an engine
-
-
-SMOL = ["suite.tasks=[niah_single_1]", "suite.lengths=[1024]", "suite.samples=6", "suite.shard_size=2"]
+SMOL = ["suite.tasks=[niah_single_1]", "suite.lengths=[1024,2048]", "suite.samples=6", "suite.shard_size=2",
+        "model.max_model_len=1024", "cluster.bucket_edges=[1024]", "suite.allow_too_long=true"]
+"""SmolLM2's one run, in two pools: 1024 tokens (what the model reads) and 2048, above its max_model_len here."""
 
 
 @pytest.fixture(scope="module")
 def smollm2_run(tmp_path_factory, smollm2_path):
+    """SmolLM2's run, paid once: its 1024-token pool is the needle test's, and the pool of over-long prompts
+    beside it is the pools test's (one engine start serves both)."""
     cfg = load_config([*SMOL, f"store.root={tmp_path_factory.mktemp('smol')}", "run_name=full"])
     return cfg, run(cfg)
 
@@ -125,11 +110,31 @@ def smollm2_run(tmp_path_factory, smollm2_path):
 def test_smollm2_finds_a_single_needle(smollm2_run):
     """One small real run: SmolLM2-135M-Instruct retrieves some needles from 1K tokens of noise."""
     cfg, result = smollm2_run
-    row = result.summary.to_pylist()[0]
+    row = {r["target_length"]: r for r in result.summary.to_pylist()}[1024]
     assert row["n"] == 6
     assert row["score"] > 0
     scores = RunRoot(cfg.run_root).read_stage("scores", SCORE_SCHEMA).to_pylist()
-    assert all(s["error_type"] in ("", "null") for s in scores)
+    assert all(s["error_type"] in ("", "null") for s in scores if s["target_length"] == 1024)
+    assert {s["error_type"] for s in scores if s["target_length"] == 2048} == {"prompt_too_long"}
+
+
+@pytest.mark.ray
+def test_pools_per_length_bucket_and_over_long_prompts(smollm2_run):
+    """Two pools; the second's prompts exceed the model's max_model_len: recorded, scored 0, never sent. On
+    SmolLM2's run (`SMOL`), whose 1024-token pool is the needle test's."""
+    cfg, result = smollm2_run
+    root = RunRoot(cfg.run_root)
+    preds = {p["instance_id"]: p for p in root.read_stage("predictions", PREDICTION_SCHEMA).to_pylist()}
+    instances = root.read_stage("instances", INSTANCE_SCHEMA).to_pylist()
+    assert len(preds) == len(instances) == 12
+    for inst in instances:
+        error = preds[inst["instance_id"]]["error"]
+        assert error.startswith("prompt_too_long") == (inst["target_length"] == 2048)
+    rows = {r["target_length"]: r for r in result.summary.to_pylist()}
+    assert rows[2048]["too_long"] == 6 and rows[2048]["score"] == 0
+    assert rows[1024]["too_long"] == 0
+    engines = list(Path(cfg.run_root, "engines").glob("*.json"))
+    assert len(engines) == 1  # the all-too-long pool never started an engine
 
 
 @pytest.mark.ray

@@ -7,8 +7,11 @@
 - an engine replica killed with SIGKILL mid-inference, or its engine core process: the infer stage starts the
   replica again on its unfinished prompts and the same run completes.
 
-Every run is a `longeval run` subprocess (its own Ray, the S3 settings in its environment). `model.max_num_seqs=1`
-makes the engine run one sequence at a time, so greedy outputs do not depend on how a resumed run batches them.
+Every run is a `longeval run` subprocess (its own Ray, the S3 settings in its environment), but the one whose
+replica's actor is killed: what dies there is not the run's process, so it runs in this one, on the worker's Ray.
+`model.max_num_seqs=1` makes the engine run one sequence at a time, so greedy outputs do not depend on how a
+resumed run batches them;
+the tiny model's junk always fills its budget, so 16 new tokens (not RULER's 30 to 128) keep that decoding short.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,13 +30,14 @@ import pytest
 
 from longeval.config import load_config
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA
+from longeval.run.pipeline import run
 from longeval.store.run_root import RunRoot
 from tests.s3server import S3Server
 
 pytestmark = pytest.mark.engine
 
 TINY = ["model=tiny_random", "suite.tasks=[niah_single_1,vt]", "suite.lengths=[1024,2048]", "suite.samples=2",
-        "suite.shard_size=2", "model.max_num_seqs=1",
+        "suite.shard_size=2", "model.max_num_seqs=1", "+suite.params.ruler.max_new_tokens=16",
         "cluster.commit_interval_s=0"]  # every prediction committed at once: the tests kill runs between commits
 SAMPLES = 2 * 2 * 2  # 8 prompts, one at a time: the faults strike after the first two
 TIMEOUT_S = 600
@@ -148,36 +153,65 @@ def _engine_records(folder: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
 
 
+class _Killer(threading.Thread):
+    """Beside a run in this process: SIGKILLs the replica's actor process (the pid its engine record names) once
+    `ready()`, and keeps the pid, or what went wrong, for the test to check after the run."""
+
+    def __init__(self, ready: Callable[[], bool], engines: Path) -> None:
+        super().__init__(daemon=True)
+        self.ready, self.engines, self.stop = ready, engines, threading.Event()
+        self.pid: int | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stop.wait(0.2):
+                if self.ready():
+                    [record] = _engine_records(self.engines)
+                    os.kill(record["pid"], signal.SIGKILL)
+                    self.pid = record["pid"]
+                    return
+        except BaseException as exc:  # handed to the test, which fails with it
+            self.error = exc
+
+
 @pytest.mark.parametrize("victim", ["actor", "engine_core"])
 @pytest.mark.ray
 def test_a_dead_engine_is_started_again_and_the_run_completes(victim: str, tmp_path: Path,
                                                                tiny_model_path: Path) -> None:
     """The actor process killed (a lost node looks the same), or, with vLLM's engine core in a process of its
     own, that process killed (the actor then sees vLLM's EngineDeadError). Two samples a cell: 8 prompts, one at a
-    time, leave the actor 7 to die in the middle of; the engine starts are most of the test."""
+    time, leave the actor 7 to die in the middle of; the engine starts are most of the test. The actor's run is in
+    this process, on the worker's Ray (what dies is the replica's process, never the run's); the engine core's is a
+    subprocess, whose fresh Ray gives its actor the environment the run sets."""
     args = [f"store.root={tmp_path}", "run_name=dead"]
-    if victim == "engine_core":
-        args.append("model.env.VLLM_ENABLE_V1_MULTIPROCESSING=1")
-    log = tmp_path / "run.log"
-    # An engine built in this test process earlier (same xdist worker) leaves VLLM_ENABLE_V1_MULTIPROCESSING=0 in
-    # its environment, which would win over the override above in the run's engine (model.env is a default).
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
-    proc = _start(args, env, log)
     root = RunRoot(load_config([*TINY, *args]).run_root)
     engines = tmp_path / "dead" / "engines"
     if victim == "actor":
         manifest = tmp_path / "dead" / "_manifest" / "predictions"
-        wait_for(lambda: manifest.is_dir() and any(manifest.iterdir()), proc, log, "predictions")
-        [record] = _engine_records(engines)
-        pid = record["pid"]
+        killer = _Killer(lambda: manifest.is_dir() and any(manifest.iterdir()), engines)
+        killer.start()
+        try:
+            run(load_config([*TINY, *args]))
+        finally:
+            killer.stop.set()
+            killer.join()
+        assert killer.error is None, repr(killer.error)
+        assert killer.pid is not None, "the run finished before its replica could be killed"
     else:
+        args.append("model.env.VLLM_ENABLE_V1_MULTIPROCESSING=1")
+        log = tmp_path / "run.log"
+        # An engine built in this test process earlier (same xdist worker) leaves VLLM_ENABLE_V1_MULTIPROCESSING=0
+        # in its environment, which would win over the override above in the run's engine (model.env is a default).
+        env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
+        proc = _start(args, env, log)
         # The engine core, by the pid the engine record names, killed as soon as the record is written (before the
         # replica's first prompt): found through the process tree, CI once saw the run end first.
         wait_for(lambda: engines.is_dir() and any(engines.glob("*.json")), proc, log, "an engine record")
         [record] = _engine_records(engines)
         [pid] = record["engine_core_pids"]
-    os.kill(pid, signal.SIGKILL)
-    assert finish(proc, log) == 0, log.read_text()[-3000:]
+        os.kill(pid, signal.SIGKILL)
+        assert finish(proc, log) == 0, log.read_text()[-3000:]
     check_complete(root)
     replicas = {r["replica"] for r in _engine_records(engines)}
     assert replicas == {"pool0/r0", "pool0/r0#1"}, replicas  # the replica, then its second life
