@@ -47,7 +47,8 @@ run: setup
 	$(VENV)/bin/longeval run $(ARGS)
 
 # Two pytest workers: the engine tests leave a core idle about 40 % of the time (Ray and vLLM start-ups,
-# polling), so two run the suite in about two thirds of the time. Whole files go to one worker (loadfile), so a
+# polling), so two run the suite in about two thirds of the time; a third is slower (the CPU is then busy all the
+# time: benchmarks/README.md, "test_time.py"). Whole files go to one worker (loadfile), so a
 # module's costly fixture (a two-node cluster, a reference run) is built once. TEST_WORKERS=0 runs serially.
 TEST_WORKERS ?= 2
 test: setup system
