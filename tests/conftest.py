@@ -74,6 +74,11 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(REPO / ".cache" / "torchind
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
+# Two test workers share the machine's cores: an engine's OpenMP threads that spin between a decoding step's
+# parallel regions take CPU the other worker needs. Waiting threads decoded the tiny model on 14-16 CPU-s beside
+# a busy loop instead of 19-22 (benchmarks/omp_wait.py). Set before anything loads libgomp; Ray, its actors and
+# every subprocess inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # pytest-xdist's workers start with COLUMNS=80 and LINES=24 set; a CLI run in a subprocess would take them
 # for a terminal's width and wrap its piped output, which a user's pipe never does.
 for _name in ("COLUMNS", "LINES"):

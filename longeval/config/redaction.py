@@ -52,7 +52,7 @@ PUBLIC_ENV = frozenset({
     "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU",
     "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_ATTENTION_BACKEND", "VLLM_ALLOW_LONG_MAX_MODEL_LEN", "VLLM_USE_V1",
     "VLLM_LOGGING_LEVEL", "VLLM_WORKER_MULTIPROC_METHOD", "OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM",
-    "CUDA_VISIBLE_DEVICES", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_BATCH_INVARIANT",
+    "OMP_WAIT_POLICY", "CUDA_VISIBLE_DEVICES", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_BATCH_INVARIANT",
 })
 """`model.env` variables that are engine settings, never credentials: written in clear, so a run's config.yaml
 keeps what shaped its engine (the presets set some). Any other `model.env` value is hidden unless listed in
