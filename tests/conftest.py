@@ -9,8 +9,10 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -112,6 +114,16 @@ def tiny_model_path(smollm2_path: Path) -> Path:
     from longeval.engines.models import build_tiny_model
 
     return build_tiny_model()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _kept_engines_end_with_their_module() -> Iterator[None]:
+    """Engines a module's runs keep for its next runs (`cluster.keep_engines`) stop with the module: each holds a
+    CPU of the worker's Ray, which the next module's tests may need whole."""
+    yield
+    placement = sys.modules.get("longeval.stages.infer.placement")
+    if placement is not None:
+        placement.release_engines()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -311,6 +311,12 @@ class ClusterConfig:
     stage merges them into one file per instance shard when it ends or resumes. 0: commit at once."""
     dispatch: Dispatch = Dispatch.dynamic
     """dynamic: replicas take work from one queue as they have room; static: fixed lists, fixed placement."""
+    keep_engines: bool = False
+    """Keep the run's engine replicas running when it ends, for the next run in the same process (a notebook, a
+    sweep of suites in one script): a pool with the same settings takes them over instead of starting engines
+    again (minutes for a large model). They hold their GPUs or CPUs until a pool that needs the room stops them,
+    `longeval.stages.infer.release_engines()` is called or the process ends. A command-line run ends with its
+    process, so there it changes nothing."""
     engine_restarts: int = 2
     """How often a replica whose engine died is started again on its unfinished prompts; after that they are
     recorded as engine errors (a rerun retries them)."""
@@ -321,6 +327,9 @@ class ClusterConfig:
     placement_timeout_s: float = 600.0
     """How long a pool may wait for the cluster to place its replicas (an autoscaler may be adding nodes)."""
     generate_parallelism: int = 2
+    """Generation actors at most. A run starts fewer where the work is small: no more than one a shard to generate
+    and one per 10 CPU-seconds of generation as `longeval plan` estimates it (`stages.generate.generation_actors`:
+    an actor's start costs more than a small suite's whole generation)."""
     scorer_timeout_s: float = 30.0
     """Seconds one scorer call may take; an output that takes longer scores 0 as `scorer_timeout` (a runaway
     regex on a pathological output must not stall the run)."""

@@ -211,5 +211,10 @@ class StandInEngine:
         """No request is part-way: the stand-in answers each whole in one step (`VllmEngine.progress`)."""
         return {}
 
+    def reset(self) -> None:
+        """Figures from zero for the next run (`VllmEngine.reset`)."""
+        self.stats = StandInStats()
+        self.give_back = GiveBack()
+
     def shutdown(self) -> None:
         """Nothing to free: no model, no engine process."""

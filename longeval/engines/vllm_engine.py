@@ -321,6 +321,13 @@ class VllmEngine:
         rows = {row["instance_id"]: row for step in self.stream(requests) for row in step}
         return [rows[r.instance_id] for r in requests]
 
+    def reset(self) -> None:
+        """Compute the next run's prompts as a fresh engine would (`cluster.keep_engines`): no prefix cached from
+        an earlier run, figures from zero."""
+        self.llm.reset_prefix_cache()
+        self.stats = EngineStats()
+        self.give_back = GiveBack()
+
     def shutdown(self) -> None:
         self.closed.set()
         engine = getattr(self, "llm", None)

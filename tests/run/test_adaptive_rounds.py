@@ -22,9 +22,11 @@ if TYPE_CHECKING:
     from longeval.stages.summarise import RunResult
 
 TINY = ["model=tiny_random", "suite.tasks=[niah_single_1,vt]", "suite.lengths=[1024,2048]", "suite.samples=12",
-        "suite.shard_size=1", "model.max_num_seqs=4", "suite.adaptive=true", "+suite.params.ruler.max_new_tokens=16"]
+        "suite.shard_size=1", "model.max_num_seqs=4", "suite.adaptive=true", "+suite.params.ruler.max_new_tokens=16",
+        "cluster.keep_engines=true"]
 """The tiny model's junk fills its budget and scores 0 at any length: 16 new tokens (not RULER's 30 to 128) keep
-its decoding short and decide the same."""
+its decoding short and decide the same. The module's runs in this process share one engine (`cluster.keep_engines`:
+an adaptive run sizes its pool from the suite's plan, the same for each of them)."""
 
 
 def _cfg(root: Path, *extra: str):

@@ -27,9 +27,11 @@ pytestmark = pytest.mark.engine
 
 # One sequence at a time: greedy outputs do not depend on what shares a batch, so an interrupted run resumed on
 # this config must give the whole run's outputs exactly. The tiny model's junk always fills its budget: 16 tokens
-# (not RULER's 30 to 128) keep the sequential decoding short.
+# (not RULER's 30 to 128) keep the sequential decoding short. The runs in this process keep their engine for the
+# next (`cluster.keep_engines`): the whole run's serves the resumed one, whose outputs must still be the same.
 TINY = ["model=tiny_random", "suite.tasks=[niah_single_1,niah_multikey_2,vt,fwe]", "suite.lengths=[1024,2048]",
-        "suite.samples=3", "suite.shard_size=2", "model.max_num_seqs=1", "+suite.params.ruler.max_new_tokens=16"]
+        "suite.samples=3", "suite.shard_size=2", "model.max_num_seqs=1", "+suite.params.ruler.max_new_tokens=16",
+        "cluster.keep_engines=true"]
 
 
 def _cfg(root: Path, *extra: str):
@@ -91,50 +93,6 @@ def test_rerun_skips_everything_done(tmp_path, tiny_run):
     assert before == after
     assert again.summary.equals(first.summary)
     assert root.read_stage("predictions", PREDICTION_SCHEMA).num_rows == 4 * 2 * 3
-
-
-SMOL = ["suite.tasks=[niah_single_1]", "suite.lengths=[1024,2048]", "suite.samples=6", "suite.shard_size=2",
-        "model.max_model_len=1024", "cluster.bucket_edges=[1024]", "suite.allow_too_long=true"]
-"""SmolLM2's one run, in two pools: 1024 tokens (what the model reads) and 2048, above its max_model_len here."""
-
-
-@pytest.fixture(scope="module")
-def smollm2_run(tmp_path_factory, smollm2_path):
-    """SmolLM2's run, paid once: its 1024-token pool is the needle test's, and the pool of over-long prompts
-    beside it is the pools test's (one engine start serves both)."""
-    cfg = load_config([*SMOL, f"store.root={tmp_path_factory.mktemp('smol')}", "run_name=full"])
-    return cfg, run(cfg)
-
-
-@pytest.mark.ray
-def test_smollm2_finds_a_single_needle(smollm2_run):
-    """One small real run: SmolLM2-135M-Instruct retrieves some needles from 1K tokens of noise."""
-    cfg, result = smollm2_run
-    row = {r["target_length"]: r for r in result.summary.to_pylist()}[1024]
-    assert row["n"] == 6
-    assert row["score"] > 0
-    scores = RunRoot(cfg.run_root).read_stage("scores", SCORE_SCHEMA).to_pylist()
-    assert all(s["error_type"] in ("", "null") for s in scores if s["target_length"] == 1024)
-    assert {s["error_type"] for s in scores if s["target_length"] == 2048} == {"prompt_too_long"}
-
-
-@pytest.mark.ray
-def test_pools_per_length_bucket_and_over_long_prompts(smollm2_run):
-    """Two pools; the second's prompts exceed the model's max_model_len: recorded, scored 0, never sent. On
-    SmolLM2's run (`SMOL`), whose 1024-token pool is the needle test's."""
-    cfg, result = smollm2_run
-    root = RunRoot(cfg.run_root)
-    preds = {p["instance_id"]: p for p in root.read_stage("predictions", PREDICTION_SCHEMA).to_pylist()}
-    instances = root.read_stage("instances", INSTANCE_SCHEMA).to_pylist()
-    assert len(preds) == len(instances) == 12
-    for inst in instances:
-        error = preds[inst["instance_id"]]["error"]
-        assert error.startswith("prompt_too_long") == (inst["target_length"] == 2048)
-    rows = {r["target_length"]: r for r in result.summary.to_pylist()}
-    assert rows[2048]["too_long"] == 6 and rows[2048]["score"] == 0
-    assert rows[1024]["too_long"] == 0
-    engines = list(Path(cfg.run_root, "engines").glob("*.json"))
-    assert len(engines) == 1  # the all-too-long pool never started an engine
 
 
 @pytest.mark.ray
@@ -228,3 +186,47 @@ def test_a_run_refused_by_a_dead_ray_address_removes_what_it_wrote(tmp_path, tin
     assert proc.returncode == 2 and "cannot join the Ray cluster" in flat(proc), flat(proc)
     assert _files(store) == ["refused", "refused/config.yaml"]
     assert (store / "refused" / "config.yaml").read_text() == before
+
+
+SMOL = ["suite.tasks=[niah_single_1]", "suite.lengths=[1024,2048]", "suite.samples=6", "suite.shard_size=2",
+        "model.max_model_len=1024", "cluster.bucket_edges=[1024]", "suite.allow_too_long=true"]
+"""SmolLM2's one run, in two pools: 1024 tokens (what the model reads) and 2048, above its max_model_len here."""
+
+
+@pytest.fixture(scope="module")
+def smollm2_run(tmp_path_factory, smollm2_path):
+    """SmolLM2's run, paid once: its 1024-token pool is the needle test's, and the pool of over-long prompts
+    beside it is the pools test's (one engine start serves both)."""
+    cfg = load_config([*SMOL, f"store.root={tmp_path_factory.mktemp('smol')}", "run_name=full"])
+    return cfg, run(cfg)
+
+
+@pytest.mark.ray
+def test_smollm2_finds_a_single_needle(smollm2_run):
+    """One small real run: SmolLM2-135M-Instruct retrieves some needles from 1K tokens of noise."""
+    cfg, result = smollm2_run
+    row = {r["target_length"]: r for r in result.summary.to_pylist()}[1024]
+    assert row["n"] == 6
+    assert row["score"] > 0
+    scores = RunRoot(cfg.run_root).read_stage("scores", SCORE_SCHEMA).to_pylist()
+    assert all(s["error_type"] in ("", "null") for s in scores if s["target_length"] == 1024)
+    assert {s["error_type"] for s in scores if s["target_length"] == 2048} == {"prompt_too_long"}
+
+
+@pytest.mark.ray
+def test_pools_per_length_bucket_and_over_long_prompts(smollm2_run):
+    """Two pools; the second's prompts exceed the model's max_model_len: recorded, scored 0, never sent. On
+    SmolLM2's run (`SMOL`), whose 1024-token pool is the needle test's."""
+    cfg, result = smollm2_run
+    root = RunRoot(cfg.run_root)
+    preds = {p["instance_id"]: p for p in root.read_stage("predictions", PREDICTION_SCHEMA).to_pylist()}
+    instances = root.read_stage("instances", INSTANCE_SCHEMA).to_pylist()
+    assert len(preds) == len(instances) == 12
+    for inst in instances:
+        error = preds[inst["instance_id"]]["error"]
+        assert error.startswith("prompt_too_long") == (inst["target_length"] == 2048)
+    rows = {r["target_length"]: r for r in result.summary.to_pylist()}
+    assert rows[2048]["too_long"] == 6 and rows[2048]["score"] == 0
+    assert rows[1024]["too_long"] == 0
+    engines = list(Path(cfg.run_root, "engines").glob("*.json"))
+    assert len(engines) == 1  # the all-too-long pool never started an engine

@@ -20,7 +20,8 @@ from longeval.stages.infer.failures import cause_of, stop_on_fatal
 from longeval.stages.infer.replica import Replica
 from longeval.store.run_root import RunRoot
 
-__all__ = ["RESERVE_CPUS", "Engines", "PoolReplicas", "actor_options", "bundles", "has_room", "size_pool"]
+__all__ = ["RESERVE_CPUS", "Engines", "PoolReplicas", "actor_options", "bundles", "has_room", "kept_engines",
+           "release_engines", "size_pool"]
 
 log = logging.getLogger(__package__)  # the stage's one logger: its lines read `longeval.stages.infer`, as before
 
@@ -74,6 +75,51 @@ def has_room(total: dict[str, float], held: list[dict[str, float]], need: dict[s
     return all(left.get(key, 0.0) >= value for key, value in need.items())
 
 
+def _connection() -> tuple[str, str] | None:
+    """This driver's connection to Ray (its job and node ids; a new Ray reuses job ids), None without one."""
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    context = ray.get_runtime_context()
+    return context.get_job_id(), context.get_node_id()
+
+
+_KEPT: list[PoolReplicas] = []
+"""Pools whose run ended with `cluster.keep_engines`, oldest first: their replicas idle in this process's Ray for
+the next run whose pool has the same settings."""
+
+
+def kept_engines() -> int:
+    """Engine replicas this process keeps for its next runs (`cluster.keep_engines`)."""
+    return sum(len(kept.actors) for kept in _KEPT)
+
+
+def release_engines() -> int:
+    """Stop the engines kept for later runs (`cluster.keep_engines`); returns how many. A notebook calls it to give
+    the GPUs back; the process's exit, or `ray.shutdown()`, ends them too."""
+    stopped = 0
+    while _KEPT:
+        kept = _KEPT.pop(0)
+        stopped += len(kept.actors)
+        kept.close()
+    return stopped
+
+
+def _adopt_kept(engines: Engines, pool: Pool) -> PoolReplicas | None:
+    """A kept pool of an earlier run whose engines are what `pool` would start (the same model settings with the
+    pool's overrides, model path, replicas and placement, whatever lengths it serves), now serving `engines`' run
+    as `pool`; None when there is none or its Ray is gone."""
+    model = replace(engines.cfg.model, **pool.engine_overrides(engines.cfg.model))
+    for kept in _KEPT:
+        if (kept.model == model and kept.engines.model_path == engines.model_path
+                and (kept.pool.replicas, bundles(kept.pool)) == (pool.replicas, bundles(pool))):
+            _KEPT.remove(kept)
+            if kept.adopt(engines, pool):
+                return kept
+    return None
+
+
 class Engines:
     """The infer stage's live engine replicas, per pool, kept until `close`.
 
@@ -82,6 +128,10 @@ class Engines:
     (its follow-up calls). A pool is reused while its sized settings stay the same, so an adaptive run sizes
     pools from the suite's plan (`planned=True`), which does not grow round by round. A pool whose placement
     needs room another live pool holds stops that one first (least recently used), and `RESERVE_CPUS` stay free.
+
+    With `cluster.keep_engines`, `close` keeps the replicas running for the next run in this process (a notebook,
+    a sweep of suites), which takes them over when its pool's settings are the same; a pool that needs their room
+    stops them first, and `release_engines` stops them all.
     """
 
     def __init__(self, cfg: Config, root: RunRoot, model_path: str, *, planned: bool = False) -> None:
@@ -99,6 +149,8 @@ class Engines:
     def replicas(self, pool: Pool) -> PoolReplicas:
         """The live replicas of `pool`, or a new set when it has none or its settings changed."""
         live = self.live.pop(pool.name, None)
+        if live is None and self.cfg.cluster.keep_engines:
+            live = _adopt_kept(self, pool)
         if live is not None and live.pool == pool:
             self.live[pool.name] = live  # most recently used last
             return live
@@ -112,8 +164,12 @@ class Engines:
     def _make_room(self, pool: Pool) -> None:
         import ray
 
-        total = ray.cluster_resources()
-        while self.live and not has_room(total, [r.resources() for r in self.live.values()], PoolReplicas.needs(pool)):
+        total, need = ray.cluster_resources(), PoolReplicas.needs(pool)
+        while _KEPT and not has_room(total, [r.resources() for r in [*_KEPT, *self.live.values()]], need):
+            kept = _KEPT.pop(0)
+            log.info("stopping %d engine(s) kept from an earlier run to make room for %s", len(kept.actors), pool.name)
+            kept.close()
+        while self.live and not has_room(total, [r.resources() for r in self.live.values()], need):
             name, oldest = self.live.popitem(last=False)
             log.info("stopping %s's engines to make room for %s", name, pool.name)
             oldest.close()
@@ -121,7 +177,12 @@ class Engines:
     def close(self) -> None:
         while self.live:
             _, replicas = self.live.popitem(last=False)
-            replicas.close()
+            if self.cfg.cluster.keep_engines and replicas.actors:
+                _KEPT.append(replicas)
+                log.info("keeping %s's %d engine(s) for the next run in this process (cluster.keep_engines)",
+                         replicas.pool.name, len(replicas.actors))
+            else:
+                replicas.close()
 
 
 class PoolReplicas:
@@ -134,6 +195,9 @@ class PoolReplicas:
         self.groups: dict[int, Any] = {}
         self.actors: dict[int, Any] = {}
         self.restarts: dict[int, int] = {}
+        self.job: tuple[str, str] | None = None
+        """The driver's connection to Ray its actors belong to (`_connection`): one kept past `ray.shutdown()` is
+        gone with that Ray."""
 
     @staticmethod
     def needs(pool: Pool) -> dict[str, float]:
@@ -156,6 +220,7 @@ class PoolReplicas:
         import ray
         from ray.util import placement_group
 
+        self.job = _connection()
         for k in ks:
             if k not in self.groups:
                 spec, strategy = bundles(self.pool)
@@ -200,9 +265,33 @@ class PoolReplicas:
             ray.kill(actor, no_restart=True)
         self.restarts[k] = self.restarts.get(k, 0) + 1
 
+    def adopt(self, engines: Engines, pool: Pool) -> bool:
+        """Serve `engines`' run as its `pool` with these live replicas (kept by an earlier run): each writes its
+        record in the new run root. False, with nothing left running, when Ray was shut down since; a replica that
+        died meanwhile is started again by the next `start`."""
+        import ray
+
+        if _connection() != self.job:
+            self.actors.clear()  # their Ray is gone, and its actors with it
+            self.groups.clear()
+            return False
+        self.engines, self.pool = engines, pool
+        for k, actor in list(self.actors.items()):
+            try:
+                ray.get(actor.adopt.remote(engines.root.uri, self.name(k), tuple(engines.cfg.public_keys)))
+            except ray.exceptions.RayError:
+                self.replace(k)
+        log.info("%s: %d engine(s) kept from an earlier run in this process, not started again", self.pool.name,
+                 len(self.actors))
+        return True
+
     def close(self) -> None:
         import ray
 
+        if self.job is not None and _connection() != self.job:
+            self.actors.clear()  # kept past a `ray.shutdown()`: nothing of theirs is left to stop
+            self.groups.clear()
+            return
         for actor in self.actors.values():
             ray.kill(actor, no_restart=True)
         for group in self.groups.values():

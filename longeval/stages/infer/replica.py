@@ -39,14 +39,22 @@ class Replica:
                  public_keys: tuple[str, ...] = ()) -> None:
         import ray
 
-        self.name, self.model_id = name, model_id
+        self.model, self.model_id = model, model_id
         self.node = ray.get_runtime_context().get_node_id()
         self.engine = replica_engine_class(model)(model, model_path, max_model_len)  # vLLM, or the stand-in
+        self.adopted = 0
+        self._bind(root_uri, name, public_keys)
+        self.engine.check_rotary()  # after the record: a refused engine leaves what vLLM built on disk
+
+    def _bind(self, root_uri: str, name: str, public_keys: tuple[str, ...]) -> None:
+        """Serve the run at `root_uri` as `name`: its engine record written there."""
+        self.name = name
         self.root = RunRoot(root_uri)
         self.writer: PredictionWriter | None = None
         self.runs = 0
-        self.info = engine_redactor(model, root_uri, public_keys).tree(
-            {**self.engine.info, "replica": name, "node": self.node})
+        self.info = engine_redactor(self.model, root_uri, public_keys).tree(
+            {**self.engine.info, "replica": name, "node": self.node,
+             **({"kept_from_earlier_runs": self.adopted} if self.adopted else {})})
         started = int(time.time())
         self.record = f"engines/{name.replace('/', '-')}-{self.info['host']}-{os.getpid()}-{started}.json"
         self.root.write_json(self.record, self.info)
@@ -55,7 +63,15 @@ class Replica:
         # SeaweedFS the replica's peak before its first prompt rose 205 -> 220 MiB) is paid before the first prompt
         # rather than on top of the prompts in flight.
         self.root.exists(self.record)
-        self.engine.check_rotary()  # after the record: a refused engine leaves what vLLM built on disk
+
+    def adopt(self, root_uri: str, name: str, public_keys: tuple[str, ...] = ()) -> dict:
+        """Serve the next run of this process (`cluster.keep_engines`): its run root and name, an engine record
+        there that says the engine was kept (`kept_from_earlier_runs`), and the engine reset to compute as a fresh
+        one (`VllmEngine.reset`)."""
+        self.engine.reset()
+        self.adopted += 1
+        self._bind(root_uri, name, public_keys)
+        return self.info
 
     def ready(self) -> dict:
         return self.info

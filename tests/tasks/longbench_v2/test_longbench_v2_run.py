@@ -16,13 +16,17 @@ from tests.tasks.longbench_v2.lb2_helpers import make_item, write_json
 
 pytestmark = [pytest.mark.ray, pytest.mark.engine]
 
+BASE = ["model=tiny_random", "suite=longbench_v2", "suite.lengths=[1024]", "model.max_num_seqs=4",
+        "cluster.keep_engines=true"]
+"""Both runs' pools alike (1024 tokens, four sequences): the second run in a worker takes over the first's engine."""
+
 
 def test_zero_shot_run_truncates_scores_and_breaks_down(tmp_path, tiny_model_path):
     long_doc = " ".join(f"word{k}" for k in range(3000))  # far more than 1K tokens: must be middle-truncated
     items = [make_item(i, context=long_doc if i == 0 else make_item(i)["context"]) for i in range(6)]
     data = write_json(tmp_path / "data.json", items)
-    cfg = load_config(["model=tiny_random", "suite=longbench_v2", "suite.lengths=[1024]", "suite.samples=6",
-                       "suite.shard_size=3", f"suite.data.longbench_v2_path={data}", f"store.root={tmp_path}"])
+    cfg = load_config([*BASE, "suite.samples=6", "suite.shard_size=3", f"suite.data.longbench_v2_path={data}",
+                       f"store.root={tmp_path}"])
     result = run(cfg)
     root = RunRoot(cfg.run_root)
     instances = root.read_stage("instances", INSTANCE_SCHEMA).to_pylist()
@@ -43,8 +47,7 @@ def test_zero_shot_run_truncates_scores_and_breaks_down(tmp_path, tiny_model_pat
 
 def test_cot_asks_twice_and_scores_only_the_answer_call(tmp_path, tiny_model_path):
     data = write_json(tmp_path / "data.json", [make_item(i) for i in range(4)])
-    cfg = load_config(["model=tiny_random", "suite=longbench_v2", "suite.lengths=[1024]", "suite.samples=4",
-                       "suite.shard_size=2", "suite.params.longbench_v2.cot=true",
+    cfg = load_config([*BASE, "suite.samples=4", "suite.shard_size=2", "suite.params.longbench_v2.cot=true",
                        "+suite.params.longbench_v2.max_new_tokens=24", f"suite.data.longbench_v2_path={data}",
                        f"store.root={tmp_path}"])
     result = run(cfg)
