@@ -4,6 +4,7 @@ their edge to Ray and the store)."""
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import asdict, replace
 
 import numpy as np
@@ -15,6 +16,7 @@ from longeval.config import Config
 from longeval.errors import DiskFullError
 from longeval.heap import release_freed_memory
 from longeval.planning.plan import Plan, ShardSpec
+from longeval.planning.sizing import figures_for
 from longeval.records import INSTANCE_SCHEMA
 from longeval.scoring.deadline import import_plugins
 from longeval.stages.instance_cache import InstanceCache, cache_uri, shard_key
@@ -102,6 +104,29 @@ def generate_shard(ctx, spec: ShardSpec) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=INSTANCE_SCHEMA)
 
 
+ACTOR_WORTH_CPU_S = 10.0
+"""Estimated generation CPU-seconds that are worth one generation actor: starting one (Ray's worker, imports, the
+tokenizer) costs 2-3 CPU-s, more than a small suite's whole generation (a RULER instance of 1K-8K tokens takes
+1-20 ms, RULER's cwe at 128K 34 ms: planning/sizing_figures.json)."""
+
+
+def generation_cpu_s(shards: list[ShardSpec]) -> float:
+    """The shards' generation CPU-seconds as `longeval plan` estimates them (measured per task and length, each
+    shard's cell warm-up included: an upper bound)."""
+    total = 0.0
+    for shard in shards:
+        figures = figures_for(shard.task)
+        total += (shard.stop - shard.start) * figures.cpu(shard.target_length) + figures.warmup(shard.target_length)
+    return total
+
+
+def generation_actors(cfg: Config, shards: list[ShardSpec]) -> int:
+    """Generation actors for these shards: `cluster.generate_parallelism`, but no more than one a shard and one
+    per `ACTOR_WORTH_CPU_S` of estimated work."""
+    worth = math.ceil(generation_cpu_s(shards) / ACTOR_WORTH_CPU_S)
+    return max(1, min(cfg.cluster.generate_parallelism, len(shards), worth))
+
+
 def generate(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None) -> int:
     """Write every missing instance shard; returns how many were written."""
     import ray
@@ -113,7 +138,10 @@ def generate(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=N
     if len(todo) < len(plan.shards):
         log.warning("resuming: %d of %d instance shards already written, %d to generate",
                     len(plan.shards) - len(todo), len(plan.shards), len(todo))
-    size = max(1, min(cfg.cluster.generate_parallelism, len(todo)))
+    size = generation_actors(cfg, todo)
+    if size < min(cfg.cluster.generate_parallelism, len(todo)):
+        log.info("generating %d shards on %d actor(s): about %.1f CPU-s of work (cluster.generate_parallelism=%d)",
+                 len(todo), size, generation_cpu_s(todo), cfg.cluster.generate_parallelism)
     ds = map_pool(
         ray.data.from_items([s.to_row() for s in todo]),
         ShardGenerator,

@@ -52,3 +52,20 @@ def test_a_generation_actor_hands_back_what_each_shard_freed(tmp_path, monkeypat
     out = generate.ShardGenerator(cfg, str(tiny_model_path), cfg.run_root)(
         {k: np.array([r[k] for r in rows]) for k in rows[0]})
     assert out["instances"] == [1, 1, 1] and len(calls) == 3  # once per shard written
+
+
+def test_a_small_generation_starts_one_actor_and_a_large_one_up_to_the_parallelism() -> None:
+    """An actor's start costs more than a small suite's whole generation: one actor per `ACTOR_WORTH_CPU_S` of
+    work as the plan estimates it, one per shard at most, `cluster.generate_parallelism` at most."""
+    from longeval.stages.generate import ACTOR_WORTH_CPU_S, generation_actors, generation_cpu_s
+
+    small = make_plan(load_config(["suite.tasks=[niah_single_1,vt]", "suite.lengths=[1024,2048]", "suite.samples=8",
+                                   "suite.shard_size=2"])).shards
+    assert len(small) == 16 and generation_cpu_s(list(small)) < ACTOR_WORTH_CPU_S
+    assert generation_actors(load_config([]), list(small)) == 1
+    large_cfg = load_config(["model=llama31_8b", "suite.tasks=[cwe]", "suite.lengths=[131072]", "suite.samples=5000",
+                             "suite.shard_size=25", "cluster.generate_parallelism=8"])
+    large = list(make_plan(large_cfg).shards)
+    assert generation_cpu_s(large) > 8 * ACTOR_WORTH_CPU_S  # cwe at 128K: 34 ms an instance
+    assert generation_actors(large_cfg, large) == 8
+    assert generation_actors(large_cfg, large[:3]) <= 3  # never more than a shard each
