@@ -193,6 +193,26 @@ def test_cpu_seconds_counts_what_the_command_starts_and_leaves_behind(tmp_path: 
     assert not groups  # the group is removed
 
 
+def test_process_cpu_sums_accounting_records_by_process_name(tmp_path: Path) -> None:
+    """Read from a file of `acct_v3` records (the live mode turns the machine's accounting on and off, which a
+    test must not do beside another measurement): times are `comp_t`, a base-8 exponent over a 13-bit mantissa."""
+    from benchmarks.process_cpu import RECORD, comp_t
+
+    def record(name: bytes, user: int, system: int, version: int = 3) -> bytes:
+        return RECORD.pack(0, version, 0, 0, 0, 0, 1, 1, 0, 0.0, user, system, 0, 0, 0, 0, 0, 0, name)
+
+    big = (1 << 13) | 0x1000  # 4096 x 8 ticks
+    assert comp_t(big) == 32768 and comp_t(250) == 250
+    path = tmp_path / "pacct"
+    path.write_bytes(record(b"ray::Replica", 250, 50) + record(b"ray::Replica", 100, 0) + record(b"raylet", big, 0)
+                     + record(b"old", 999, 0, version=2))
+    proc = _script("process_cpu.py", "--read", str(path))
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()[3:]]
+    assert rows == [["327.7", "1", "raylet"], ["4.0", "2", "ray::Replica"]]
+    assert proc.stdout.startswith("332 CPU-s in 3 processes that ended")
+
+
 def test_the_sampler_names_the_real_parts_by_their_processes() -> None:
     from tests.watch_processes import kind_of
 
