@@ -276,6 +276,7 @@ class PoolReplicas:
             self.groups.clear()
             return False
         self.engines, self.pool = engines, pool
+        self.restarts = {}  # a new run gets its own `cluster.engine_restarts`
         for k, actor in list(self.actors.items()):
             try:
                 ray.get(actor.adopt.remote(engines.root.uri, self.name(k), tuple(engines.cfg.public_keys)))
