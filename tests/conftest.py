@@ -12,6 +12,7 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -81,6 +82,8 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"
 # a busy loop instead of 19-22 (benchmarks/omp_wait.py). Set before anything loads libgomp; Ray, its actors and
 # every subprocess inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The multi-host harness's names carry the session's tag, so its leftover check counts this session's hosts only.
+os.environ.setdefault("LONGEVAL_HOSTS_TAG", uuid.uuid4().hex[:3])
 # pytest-xdist's workers start with COLUMNS=80 and LINES=24 set; a CLI run in a subprocess would take them
 # for a terminal's width and wrap its piped output, which a user's pipe never does.
 for _name in ("COLUMNS", "LINES"):
@@ -137,6 +140,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """A passing session's scratch is removed: a full suite leaves gigabytes there (runs, Ray's logs, the S3
     server's volumes), and a machine that runs the suite from many checkouts ran out of disk. A failing one's is
     kept for debugging, pruned by a later session an hour on."""
+    if not hasattr(session.config, "workerinput") and os.geteuid() == 0:
+        from tests.cluster.hosts import available, leftovers
+
+        left = leftovers() if available() is None else []
+        if left:  # a test's hosts (tests/cluster/hosts.py) outlived it: the machine keeps their namespaces
+            print(f"\nnamespaces or links of the multi-host harness left behind: {', '.join(left)}")
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            exitstatus = session.exitstatus
     scratch = Path(os.environ["TMPDIR"])
     owner = scratch / _OWNER_FILE
     if exitstatus != 0 or hasattr(session.config, "workerinput") or not owner.is_file():
