@@ -111,7 +111,7 @@ def _adopt_kept(engines: Engines, pool: Pool) -> PoolReplicas | None:
     pool's overrides, model path, replicas and placement, whatever lengths it serves), now serving `engines`' run
     as `pool`; None when there is none or its Ray is gone."""
     model = replace(engines.cfg.model, **pool.engine_overrides(engines.cfg.model))
-    for kept in _KEPT:
+    for kept in list(_KEPT):
         if (kept.model == model and kept.engines.model_path == engines.model_path
                 and (kept.pool.replicas, bundles(kept.pool)) == (pool.replicas, bundles(pool))):
             _KEPT.remove(kept)

@@ -91,7 +91,13 @@ def test_prompts_that_share_a_context_run_on_one_replica(replicated):
     for iid, replica in zip(preds["instance_id"].to_pylist(), preds["replica"].to_pylist(), strict=True):
         replicas.setdefault(context[iid], set()).add(replica)
     assert len(replicas) < preds.num_rows  # contexts are shared
-    assert all(len(r) == 1 for r in replicas.values())
+    # Each context runs on one replica, but for one that dynamic dispatch moved to a clearly faster replica (how
+    # fast each is depends on the machine's load): it gives back what it had not finished, which the other one
+    # finishes, so a moved context spans two replicas, and there are no more of those than prompts given back.
+    events = two.read_json("dispatch/pool0.json")["events"]
+    given_back = sum(event.get("given_back", 0) for event in events)
+    split = [c for c, r in replicas.items() if len(r) > 1]
+    assert all(len(r) <= 2 for r in replicas.values()) and len(split) <= given_back, (split, given_back)
 
 
 @pytest.mark.engine
