@@ -153,11 +153,13 @@ def driver_main(argv: list[str]) -> int:
 
 
 def kind_of(title: str) -> str | None:
-    """An actor kind from a Ray worker's process title (`ray::Replica.run`, `ray::MapWorker(MapBatches(Scorer))`)."""
+    """A worker's kind from its Ray process title: an actor's (`ray::Replica.run`) or, while it runs one, a
+    stage task's (`ray::MapBatches(generate_shards)`, `ray::MapBatches(score_units)`)."""
     if not title.startswith("ray::"):
         return None
-    for needle, kind in (("ShardGenerator", "generate"), ("Replica", "replica"), ("Scorer", "scorer")):
-        if needle in title:
+    for needles, kind in ((("generate_shards", "ShardGenerator"), "generate"), (("Replica",), "replica"),
+                          (("score_units", "Scorer"), "scorer")):
+        if any(needle in title for needle in needles):
             return kind
     return "ray (other)"
 

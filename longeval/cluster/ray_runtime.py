@@ -6,6 +6,7 @@ import glob
 import hashlib
 import logging
 import os
+import pickle
 import socket
 import tempfile
 import time
@@ -26,27 +27,39 @@ log = logging.getLogger(__name__)
 NO_ACTOR_RESTARTS = {"max_restarts": 0}
 """Ray Data restarts its pool actors by default, and since it hands them their constructor arguments through the
 object store, every run printed an error-level line (ray #53727) that such restarts might fail. Our stages need no
-restarts: a dead actor fails the stage, and the rerun resumes from the committed shards. (map_batches takes it
-through its `ray_remote_args`, which Ray 2.5x marks deprecated for 2.64 and offers no named parameter for yet:
-`map_pool` passes it.)"""
+restarts: a dead actor fails the stage, and the rerun resumes from the committed shards."""
+
+TASK_RETRIES = {"max_retries": 2}
+"""Ray Data retries a task whose worker died without end (`max_retries=-1`): a shard that kills its worker every
+time (out of memory) would hang the run. A stage's task writes its shard whole or not at all, so a retry on
+another worker is safe: two are allowed, then the stage fails and the rerun resumes from the committed shards."""
 
 _REMOTE_ARGS_DEPRECATED = r"`ray_remote_args` is deprecated"
 """The start of the RayDeprecationWarning Ray 2.60's map_batches gives for any `**ray_remote_args`."""
 
 
-def map_pool(ds: ray.data.Dataset, fn: type, **kwargs: Any) -> ray.data.Dataset:
-    """`ds.map_batches(fn, **kwargs)` on pool actors that are never restarted (`NO_ACTOR_RESTARTS`).
+def map_pool(ds: ray.data.Dataset, fn: Any, **kwargs: Any) -> ray.data.Dataset:
+    """`ds.map_batches(fn, **kwargs)` with our failure policy: pool actors (`fn` a class) never restarted
+    (`NO_ACTOR_RESTARTS`), tasks (`fn` a function) retried twice at most (`TASK_RETRIES`).
 
     Ray 2.60's map_batches takes num_cpus, memory, resources, runtime_env and the like as named parameters (give
-    them in `kwargs`), but max_restarts only through `**ray_remote_args`, whose RayDeprecationWarning was printed
-    on every run. Only that warning is silenced, here where it is known: the pinned Ray still takes the argument,
-    and tests/cluster/test_ray_runtime.py fails on a Ray whose map_batches would not, before a run would.
+    them in `kwargs`), but max_restarts and max_retries only through `**ray_remote_args`, whose
+    RayDeprecationWarning was printed on every run. Only that warning is silenced, here where it is known: the
+    pinned Ray still takes the arguments, and tests/cluster/test_ray_runtime.py fails on a Ray whose map_batches
+    would not, before a run would.
     """
     from ray.util.annotations import RayDeprecationWarning
 
+    policy = NO_ACTOR_RESTARTS if isinstance(fn, type) else TASK_RETRIES
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_REMOTE_ARGS_DEPRECATED, category=RayDeprecationWarning)
-        return ds.map_batches(fn, **kwargs, **NO_ACTOR_RESTARTS)
+        return ds.map_batches(fn, **kwargs, **policy)
+
+
+def run_key(*parts: Any) -> str:
+    """A fingerprint of what a stage's Ray task was given (a run's config, model, root): a worker process keeps
+    what it built for one run while the tasks it is given are for that run."""
+    return hashlib.sha256(pickle.dumps(parts)).hexdigest()
 
 
 RAY_SOCKET_SUFFIX = 66

@@ -327,9 +327,9 @@ class ClusterConfig:
     placement_timeout_s: float = 600.0
     """How long a pool may wait for the cluster to place its replicas (an autoscaler may be adding nodes)."""
     generate_parallelism: int = 2
-    """Generation actors at most. A run starts fewer where the work is small: no more than one a shard to generate
-    and one per 10 CPU-seconds of generation as `longeval plan` estimates it (`stages.generate.generation_actors`:
-    an actor's start costs more than a small suite's whole generation)."""
+    """Generation tasks at once, at most. A run uses fewer where the work is small: no more than one a shard to
+    generate and one per 10 CPU-seconds of generation as `longeval plan` estimates it
+    (`stages.generate.generation_actors`: a worker's start costs more than a small suite's whole generation)."""
     scorer_timeout_s: float = 30.0
     """Seconds one scorer call may take; an output that takes longer scores 0 as `scorer_timeout` (a runaway
     regex on a pathological output must not stall the run)."""

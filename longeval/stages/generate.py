@@ -6,12 +6,13 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import asdict, replace
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from longeval.cluster import interrupt
-from longeval.cluster.ray_runtime import map_pool
+from longeval.cluster.ray_runtime import map_pool, run_key
 from longeval.config import Config
 from longeval.errors import DiskFullError
 from longeval.heap import release_freed_memory
@@ -30,10 +31,8 @@ log = logging.getLogger(__name__)
 
 
 class ShardGenerator:
-    """Ray Data callable: shard specs in, one written instance shard each out.
-
-    An actor keeps the tokenizer and encoded corpora across shards, so start-up is paid once.
-    """
+    """Shard specs in, one written instance shard each out; `generate_shards` keeps one per worker process, so the
+    tokenizer and encoded corpora are built once for all the shards that process generates."""
 
     def __init__(self, cfg: Config, model_path: str, root_uri: str) -> None:
         self.root = RunRoot(root_uri)
@@ -75,6 +74,24 @@ class ShardGenerator:
         return {"shard": names, "instances": counts, "cached": cached, "disk_full": [""] * len(names)}
 
 
+def generate_shards(batch: dict[str, np.ndarray], *, cfg: Config, model_path: str,
+                    root_uri: str) -> dict[str, list]:
+    """Ray Data task: the batch's shards, by this process's `ShardGenerator` for the run.
+
+    A task, not a pool actor: Ray keeps its worker processes between tasks, so a worker that generated one run's
+    shards has its imports and tokenizer warm for the next run of the same Ray (an adaptive round, a rerun, a
+    second suite of one driver), where a new actor paid them again (2-3 CPU-s). The generator is kept for the
+    run it was built for (its config, model and root) and replaced by the next run's."""
+    key = run_key(cfg, model_path, root_uri)
+    if _KEPT.get("key") != key:
+        _KEPT.update(key=key, generator=ShardGenerator(cfg, model_path, root_uri))
+    return _KEPT["generator"](batch)
+
+
+_KEPT: dict[str, Any] = {}
+"""This process's generator and the run it serves (`generate_shards`)."""
+
+
 def make_context(cfg: Config, model_path: str):
     """The generation context for a run: the model's tokenizer, the prompt format, the data paths (and the
     `plugins`, imported here too, so tasks they register exist in every generation actor)."""
@@ -105,8 +122,8 @@ def generate_shard(ctx, spec: ShardSpec) -> pa.Table:
 
 
 ACTOR_WORTH_CPU_S = 10.0
-"""Estimated generation CPU-seconds that are worth one generation actor: starting one (Ray's worker, imports, the
-tokenizer) costs 2-3 CPU-s, more than a small suite's whole generation (a RULER instance of 1K-8K tokens takes
+"""Estimated generation CPU-seconds that are worth one more generation worker: starting one (Ray's worker, imports,
+the tokenizer) costs 2-3 CPU-s, more than a small suite's whole generation (a RULER instance of 1K-8K tokens takes
 1-20 ms, RULER's cwe at 128K 34 ms: planning/sizing_figures.json)."""
 
 
@@ -140,15 +157,12 @@ def generate(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=N
                     len(plan.shards) - len(todo), len(plan.shards), len(todo))
     size = generation_actors(cfg, todo)
     if size < min(cfg.cluster.generate_parallelism, len(todo)):
-        log.info("generating %d shards on %d actor(s): about %.1f CPU-s of work (cluster.generate_parallelism=%d)",
+        log.info("generating %d shards, %d at a time: about %.1f CPU-s of work (cluster.generate_parallelism=%d)",
                  len(todo), size, generation_cpu_s(todo), cfg.cluster.generate_parallelism)
     ds = map_pool(
-        ray.data.from_items([s.to_row() for s in todo]),
-        ShardGenerator,
-        fn_constructor_kwargs={"cfg": cfg, "model_path": model_path, "root_uri": root.uri},
-        batch_size=1,
-        compute=ray.data.ActorPoolStrategy(size=size),
-        num_cpus=1,
+        ray.data.from_items([s.to_row() for s in todo]), generate_shards,
+        fn_kwargs={"cfg": cfg, "model_path": model_path, "root_uri": root.uri},
+        batch_size=1, compute=ray.data.TaskPoolStrategy(size=size), num_cpus=1,
     )
     task_id = progress.add_task("generate shards", total=len(todo)) if progress else None
     written = hits = 0

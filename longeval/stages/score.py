@@ -7,13 +7,14 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from longeval import __version__
 from longeval.cluster import interrupt
-from longeval.cluster.ray_runtime import map_pool
+from longeval.cluster.ray_runtime import map_pool, run_key
 from longeval.config import Config, suite_hash
 from longeval.planning.plan import PlanKey, in_plan, make_plan, planned_keys
 from longeval.records import INSTANCE_SCHEMA, PREDICTION_SCHEMA, SCORE_SCHEMA, latest_predictions
@@ -70,7 +71,7 @@ def scoring_units(cfg: Config, root: RunRoot) -> list[ScoringUnit]:
 
 
 class UnitScorer:
-    """Ray Data callable: scoring units in, score rows out (scorers never raise on output).
+    """Scoring units in, score rows out (scorers never raise on output); `score_units` keeps one per worker process.
 
     Each unit's instances (metadata columns) and predictions are read here, not on the driver, so the driver's
     memory is set by the score rows alone, whatever the suite's outputs, references and `meta` weigh. Each
@@ -78,11 +79,11 @@ class UnitScorer:
     pathological output costs a `scorer_timeout` row, not the run.
     """
 
-    def __init__(self, cfg: Config, root: RunRoot) -> None:
+    def __init__(self, cfg: Config, root: RunRoot, scorer: DeadlineScorer | None = None) -> None:
         self.cfg, self.root = cfg, root
         import_plugins(cfg.plugins)  # the plan names their tasks too
         self.keys = planned_keys(cfg)
-        self.scorer = DeadlineScorer(cfg.cluster.scorer_timeout_s, judge_for, cfg.plugins)
+        self.scorer = scorer or DeadlineScorer(cfg.cluster.scorer_timeout_s, judge_for, cfg.plugins)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = []
@@ -94,6 +95,24 @@ class UnitScorer:
             column = SCORE_SCHEMA.get_field_index("prediction_fingerprint")  # one score row per input row, in order
             rows.append(scores.set_column(column, SCORE_SCHEMA.field(column), joined["prediction_fingerprint"]))
         return pa.concat_tables(rows) if rows else SCORE_SCHEMA.empty_table()
+
+
+def score_units(batch: pa.Table, *, cfg: Config, root: RunRoot) -> pa.Table:
+    """Ray Data task: the batch's units, by this process's `UnitScorer` for the run. A task, so a warm worker
+    serves the next run too (`generate.generate_shards` says why), and so does its scoring child where the
+    deadline and the plugins are the same."""
+    key = run_key(cfg, root.uri)
+    if _KEPT.get("key") != key:
+        kept: DeadlineScorer | None = _KEPT["scorer"].scorer if _KEPT else None
+        if kept and (kept.timeout_s, kept.plugins) != (cfg.cluster.scorer_timeout_s, list(cfg.plugins)):
+            kept.close()
+            kept = None
+        _KEPT.update(key=key, scorer=UnitScorer(cfg, root, kept))
+    return _KEPT["scorer"](batch)
+
+
+_KEPT: dict[str, Any] = {}
+"""This process's scorer and the run it serves (`score_units`)."""
 
 
 def score(cfg: Config, root: RunRoot, progress=None) -> pa.Table:
@@ -110,9 +129,9 @@ def score(cfg: Config, root: RunRoot, progress=None) -> pa.Table:
         items = [{"instances": list(u.instances), "predictions": list(u.predictions),
                   "instance_sizes": list(u.instance_sizes)} for u in units]
         ds = map_pool(
-            ray.data.from_items(items, override_num_blocks=min(len(items), 200)),
-            UnitScorer, fn_constructor_kwargs={"cfg": cfg, "root": root}, batch_size=1, batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0.5,
+            ray.data.from_items(items, override_num_blocks=min(len(items), 200)), score_units,
+            fn_kwargs={"cfg": cfg, "root": root}, batch_size=1, batch_format="pyarrow",
+            compute=ray.data.TaskPoolStrategy(size=1), num_cpus=0.5,
         )
         total = len(planned_keys(cfg))  # an upper bound: first calls of two-call chains are not scored
         task_id = progress.add_task("score", total=total) if progress else None

@@ -59,7 +59,8 @@ def test_requests_are_counted_per_stage_from_the_server_log(scale, tmp_path: Pat
 
 
 def test_ray_processes_are_named_by_actor_kind(scale):
-    assert scale.kind_of("ray::MapWorker(MapBatches(ShardGenerator)).__init__") == "generate"
+    assert scale.kind_of("ray::MapBatches(generate_shards)") == "generate"
+    assert scale.kind_of("ray::MapBatches(score_units)") == "scorer"
     assert scale.kind_of("ray::Replica.run") == "replica"
     assert scale.kind_of("ray::MapWorker(MapBatches(Scorer))") == "scorer"
     assert scale.kind_of("ray::IDLE") == "ray (other)"

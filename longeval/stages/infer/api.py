@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from longeval.cluster import interrupt
+from longeval.cluster.ray_runtime import map_pool
 from longeval.config import Config
 from longeval.engines.openai_compat import ApiPredictor
 from longeval.planning.plan import Pool
@@ -37,8 +38,8 @@ def infer_api(cfg: Config, pool: Pool, send: pa.Table, root: RunRoot, model_path
     # every replica gets rows.
     ds = ray.data.read_parquet(paths, filesystem=fs, columns=columns)
     ds = ds.map_batches(lambda t: t.filter(pc.is_in(t["instance_id"], value_set=wanted)), batch_format="pyarrow")
-    ds = ds.repartition(max(1, -(-send.num_rows // batch))).map_batches(
-        ApiWriter,
+    ds = map_pool(
+        ds.repartition(max(1, -(-send.num_rows // batch))), ApiWriter,
         fn_constructor_kwargs={"model": cfg.model, "model_path": model_path, "model_id": cfg.model.name,
                                "max_model_len": pool.max_model_len, "root_uri": root.uri,
                                "public_keys": tuple(cfg.public_keys)},
