@@ -339,3 +339,19 @@ def check_shared_storage(cfg: Config, root: RunRoot) -> None:
             f"this Ray cluster has {len(nodes)} nodes and the run root {root.uri} is a local path: each node would "
             "write its shards to its own disk. Use store.root=s3://bucket/prefix, or, if that path is on a "
             "filesystem every node mounts (NFS, Lustre), say so with store.shared_filesystem=true")
+
+
+def check_shards_seen(root: RunRoot, stage: str, written: dict[str, str]) -> None:
+    """`store.shared_filesystem=true` is a promise this checks: every shard the workers wrote (name → the host
+    that wrote it) must be under the run root as this driver sees it. On nodes with disks of their own the
+    generation workers' shards are on their disks only; stopping here, before any inference, loses nothing but
+    them."""
+    seen = set(root.shard_names(stage))
+    missing = sorted((name, host) for name, host in written.items() if name not in seen)
+    if missing:
+        name, host = missing[0]
+        raise ConfigError(
+            f"store.shared_filesystem=true, but {len(missing)} of the {len(written)} {stage} shards the workers "
+            f"wrote are not under {root.uri} on this host ({socket.gethostname()}), e.g. {name}, written on {host}: "
+            "the nodes do not share that path. Use store.root=s3://bucket/prefix, or a path every node mounts; "
+            "nothing was inferred yet")

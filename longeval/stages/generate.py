@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -12,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from longeval.cluster import interrupt
-from longeval.cluster.ray_runtime import map_pool, run_key
+from longeval.cluster.ray_runtime import check_shards_seen, map_pool, run_key
 from longeval.config import Config
 from longeval.errors import DiskFullError
 from longeval.heap import release_freed_memory
@@ -85,7 +86,8 @@ def generate_shards(batch: dict[str, np.ndarray], *, cfg: Config, model_path: st
     key = run_key(cfg, model_path, root_uri)
     if _KEPT.get("key") != key:
         _KEPT.update(key=key, generator=ShardGenerator(cfg, model_path, root_uri))
-    return _KEPT["generator"](batch)
+    out = _KEPT["generator"](batch)
+    return {**out, "host": [socket.gethostname()] * len(out["shard"])}
 
 
 _KEPT: dict[str, Any] = {}
@@ -166,12 +168,14 @@ def generate(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=N
     )
     task_id = progress.add_task("generate shards", total=len(todo)) if progress else None
     written = hits = 0
-    with root.written_elsewhere("instances"):  # by the generation actors
+    hosts: dict[str, str] = {}
+    with root.written_elsewhere("instances"):  # by the generation workers
         for batch in ds.iter_batches(batch_size=1, batch_format="numpy"):
             interrupt.check()
             full = [str(message) for message in batch["disk_full"] if message]
             if full:
                 raise DiskFullError(full[0])
+            hosts.update(zip(map(str, batch["shard"]), map(str, batch["host"]), strict=True))
             written += len(batch["shard"])
             hits += int(np.sum(batch["cached"]))
             if progress:
@@ -180,6 +184,8 @@ def generate(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=N
                     progress.update(task_id, description=f"generate shards ({hits} from cache)")
     if hits:
         log.info("%d of %d instance shards came from the instance cache", hits, written)
+    if cfg.store.shared_filesystem and root.local_path() is not None:
+        check_shards_seen(root, "instances", hosts)
     return written
 
 

@@ -99,3 +99,12 @@ def assert_tiny_run(run_root: Path) -> None:
     assert tasks[0]["errors"] == 0 and tasks[0]["too_long"] == 0
     assert (run_root / "summary.json").is_file()
     assert (run_root / "config.yaml").is_file()
+
+
+def dies_first(batch: dict, *, folder: str, deaths: int) -> dict:
+    """A stage task whose worker dies (as one killed for its memory does) on its first `deaths` attempts."""
+    attempts = len(os.listdir(folder))
+    Path(folder, str(attempts)).touch()
+    if attempts < deaths:
+        os._exit(1)
+    return batch

@@ -179,6 +179,28 @@ def test_the_pinned_rays_map_batches_still_takes_max_restarts():
     assert "max_restarts" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
+@pytest.mark.ray
+@pytest.mark.parametrize(("deaths", "finishes"), [(2, True), (3, False)])
+def test_a_stage_task_whose_worker_dies_is_retried_twice_then_the_stage_fails(tmp_path, deaths, finishes):
+    """`runtime.map_pool` gives a task two retries (`TASK_RETRIES`): Ray Data's own default retried a task
+    whose worker died without end, so a shard that kills its worker every time would hang the run."""
+    import ray
+
+    from longeval.cluster.ray_runtime import init_ray, map_pool
+    from longeval.config import load_config
+    from tests.cluster.cluster_helpers import dies_first
+
+    init_ray(load_config([f"store.root={tmp_path}"]))
+    ds = map_pool(ray.data.from_items([{"x": 1}]), dies_first, fn_kwargs={"folder": str(tmp_path), "deaths": deaths},
+                  batch_size=1)
+    if finishes:
+        assert ds.take_all() == [{"x": 1}]
+    else:
+        with pytest.raises(Exception, match="(?i)worker|died|crash|exit"):
+            ds.take_all()
+    assert len(os.listdir(tmp_path)) == min(deaths + 1, 3)  # the first attempt and two retries at most
+
+
 def _error_lines(proc: subprocess.CompletedProcess[str]) -> list[str]:
     return [line.strip() for line in (proc.stdout + proc.stderr).splitlines() if line.strip().startswith("error:")]
 

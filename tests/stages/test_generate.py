@@ -69,3 +69,29 @@ def test_a_small_generation_starts_one_actor_and_a_large_one_up_to_the_paralleli
     assert generation_cpu_s(large) > 8 * ACTOR_WORTH_CPU_S  # cwe at 128K: 34 ms an instance
     assert generation_actors(large_cfg, large) == 8
     assert generation_actors(large_cfg, large[:3]) <= 3  # never more than a shard each
+
+
+def test_a_worker_keeps_its_generator_for_the_run_and_builds_the_next_runs(tmp_path, monkeypatch,
+                                                                          tiny_model_path) -> None:
+    """`generate_shards` runs as a Ray task in a pooled worker: the shards of one run share one generator (the
+    tokenizer, the encoded corpora), and the next run's first task replaces it."""
+    import numpy as np
+
+    built: list[str] = []
+    real = generate.ShardGenerator
+
+    class Recording(real):  # the real generator, counted
+        def __init__(self, cfg, model_path, root_uri):
+            built.append(root_uri)
+            super().__init__(cfg, model_path, root_uri)
+
+    monkeypatch.setattr(generate, "ShardGenerator", Recording)
+    monkeypatch.setattr(generate, "_KEPT", {})
+    for run in ("a", "a", "b"):
+        cfg = load_config(["model=tiny_random", "suite.tasks=[vt]", "suite.lengths=[1024]", "suite.samples=2",
+                           "suite.shard_size=1", f"store.root={tmp_path}", f"run_name={run}"])
+        for row in (s.to_row() for s in make_plan(cfg).shards):
+            out = generate.generate_shards({k: np.array([v]) for k, v in row.items()}, cfg=cfg,
+                                           model_path=str(tiny_model_path), root_uri=cfg.run_root)
+            assert out["instances"] == [1]
+    assert [Path(uri).name for uri in built] == ["a", "b"]  # four shards of run a, two of run b

@@ -104,3 +104,25 @@ def test_the_driver_reads_no_outputs_and_scores_equal_the_whole_root_scored_at_o
     assert got.num_rows == 2 * ROWS and got["instance_id"].to_pylist() == expected["instance_id"].to_pylist()
     assert got["score"].to_pylist() == expected["score"].to_pylist() == [1.0, 0.0] * ROWS
     assert root.read_stage("scores", SCORE_SCHEMA).sort_by("instance_id").equals(got)
+
+
+def test_a_worker_keeps_its_scoring_child_across_runs_with_the_same_deadline(tmp_path: Path, monkeypatch) -> None:
+    """`score_units` runs as a Ray task in a pooled worker: the next run's units get a scorer of their own, and
+    the child process that runs the judges is kept while the deadline and the plugins stay the same."""
+    from longeval.stages import score as stage
+
+    monkeypatch.setattr(stage, "_KEPT", {})
+    children = []
+    for run, timeout in (("a", 30), ("b", 30), ("c", 20)):
+        root = _root(tmp_path / run, compact=True, output_bytes=10)
+        cfg = load_config([*OVERRIDES, f"store.root={tmp_path}", f"run_name={run}",
+                           f"cluster.scorer_timeout_s={timeout}"])
+        [unit, *_] = scoring_units(cfg, root)
+        batch = pa.Table.from_pylist([{"instances": list(unit.instances), "predictions": list(unit.predictions),
+                                       "instance_sizes": list(unit.instance_sizes)}])
+        scores = stage.score_units(batch, cfg=cfg, root=root)
+        assert scores["score"].to_pylist() == [1.0, 0.0, 1.0, 0.0]
+        children.append(stage._KEPT["scorer"].scorer._proc)
+    assert children[0] is children[1] and children[0].pid == children[1].pid  # run b: the same child
+    assert children[2] is not children[0] and not children[0].is_alive()  # a new deadline: the old child stopped
+    stage._KEPT["scorer"].scorer.close()
