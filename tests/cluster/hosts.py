@@ -97,7 +97,8 @@ class Host:
     def command(self, argv: Sequence[str]) -> list[str]:
         """`argv` inside this host: its network and mount namespaces."""
         assert self.holder is not None, f"{self.name} is not up"
-        return ["nsenter", f"--net=/run/netns/{self.name}", f"--mount=/proc/{self.holder.pid}/ns/mnt", "--", *argv]
+        return ["nsenter", f"--net=/run/netns/{self.name}", f"--mount=/proc/{self.holder.pid}/ns/mnt",
+                f"--uts=/proc/{self.holder.pid}/ns/uts", "--", *argv]
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         """This process's environment as a host's command gets it: its temp folder is the host's /tmp."""
@@ -166,19 +167,21 @@ class Hosts:
             _ip("-n", host.name, "addr", "add", f"{host.address}/{self.subnet.prefixlen}", "dev", "eth0")
             _ip("-n", host.name, "link", "set", "eth0", "up")
             _ip("-n", host.name, "link", "set", "lo", "up")
-            # The holder: a mount namespace of its own, kept until killed: /tmp is the host's disk (the checkout,
-            # the venv and the model cache bound into it read-only where they lie under /tmp), /dev/shm its own.
+            # The holder: mount and UTS namespaces of its own, kept until killed: its hostname is the host's name,
+            # /tmp is the host's disk (the checkout, the venv and the model cache bound into it read-only where
+            # they lie under /tmp), /dev/shm its own.
             script = ["set -e"]
             for path in self.shared:
                 inside = host.disk / path.relative_to("/tmp")
                 inside.mkdir(parents=True, exist_ok=True)
                 script += [f"mount --bind {shlex.quote(str(path))} {shlex.quote(str(inside))}",
                            f"mount -o remount,bind,ro {shlex.quote(str(inside))}"]
-            script += [f"mount --rbind {shlex.quote(str(host.disk))} /tmp", "mount -t tmpfs -o size=2g tmpfs /dev/shm",
+            script += [f"hostname {host.name}", f"mount --rbind {shlex.quote(str(host.disk))} /tmp",
+                       "mount -t tmpfs -o size=2g tmpfs /dev/shm",
                        "echo up", "exec sleep infinity"]
             host.holder = subprocess.Popen(
-                ["ip", "netns", "exec", host.name, "unshare", "--mount", "--propagation", "private", "sh", "-c",
-                 "\n".join(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                ["ip", "netns", "exec", host.name, "unshare", "--mount", "--uts", "--propagation", "private", "sh",
+                 "-c", "\n".join(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
             assert host.holder.stdout is not None
             if host.holder.stdout.readline().strip() != b"up":
                 raise RuntimeError(f"{host.name}'s mount namespace did not come up: "

@@ -46,6 +46,7 @@ def test_hosts_reach_each_other_keep_their_own_tmp_and_leave_nothing(tmp_path: P
     with Hosts(3, tmp_path / "hosts") as hosts:
         head, worker, other = hosts[0], hosts[1], hosts[2]
         assert len({h.address for h in hosts.hosts}) == 3 and not head.address.startswith("127.")
+        assert [h.run(["hostname"]).stdout.strip() for h in hosts.hosts] == [h.name for h in hosts.hosts]
         # each host's /tmp is its own disk, seen from here under the harness's folder, and no other host's
         head.run(["sh", "-c", "echo head > /tmp/mine"])
         assert (head.disk / "mine").read_text() == "head\n"

