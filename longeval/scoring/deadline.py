@@ -106,6 +106,11 @@ class DeadlineScorer:
             raise value
         return parent
 
+    @property
+    def pid(self) -> int | None:
+        """The scoring child's pid while it runs (it starts with the first rows)."""
+        return self._proc.pid if self._proc is not None and self._proc.is_alive() else None
+
     def close(self) -> None:
         if self._proc is not None:
             self._proc.kill()

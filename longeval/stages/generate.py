@@ -94,6 +94,16 @@ _KEPT: dict[str, Any] = {}
 """This process's generator and the run it serves (`generate_shards`)."""
 
 
+def kept_generator() -> ShardGenerator | None:
+    """The generator this process keeps for its run's next shards, if any."""
+    return _KEPT.get("generator")
+
+
+def release_kept() -> None:
+    """Forget the kept generator (its tokenizer and corpora go with it)."""
+    _KEPT.clear()
+
+
 def make_context(cfg: Config, model_path: str):
     """The generation context for a run: the model's tokenizer, the prompt format, the data paths (and the
     `plugins`, imported here too, so tasks they register exist in every generation actor)."""

@@ -115,6 +115,18 @@ _KEPT: dict[str, Any] = {}
 """This process's scorer and the run it serves (`score_units`)."""
 
 
+def kept_scorer() -> UnitScorer | None:
+    """The scorer this process keeps for its run's next units, if any."""
+    return _KEPT.get("scorer")
+
+
+def release_kept() -> None:
+    """Stop the kept scorer's child and forget it."""
+    if _KEPT:
+        _KEPT["scorer"].scorer.close()
+    _KEPT.clear()
+
+
 def score(cfg: Config, root: RunRoot, progress=None) -> pa.Table:
     """Score every prediction (cheap, so always all of them) and write one scores table."""
     import ray

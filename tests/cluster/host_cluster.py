@@ -109,6 +109,7 @@ class HostCluster:
 
     def _env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         return {**self.env, **RAY_PORTS, "LONGEVAL_RAY_TAG": self.tag, "LONGEVAL_RAY_STATUS_EVERY": "1",
+                "LONGEVAL_RAY_WAIT_TIMEOUT": "150",
                 "PYTHONPATH": str(REPO), **(extra or {})}
 
     def start(self) -> None:

@@ -176,6 +176,12 @@ class Hosts:
                 inside.mkdir(parents=True, exist_ok=True)
                 script += [f"mount --bind {shlex.quote(str(path))} {shlex.quote(str(inside))}",
                            f"mount -o remount,bind,ro {shlex.quote(str(inside))}"]
+            # Its name resolves to its address, as on a real host (Ray looks its hostname up): an /etc/hosts of
+            # its own, bound over the machine's in its mount namespace.
+            names = host.disk.parent / f"{host.disk.name}.hosts"
+            names.write_text(f"127.0.0.1 localhost\n{host.address} {host.name}\n"
+                             + "".join(f"{h.address} {h.name}\n" for h in self.hosts if h is not host))
+            script += [f"mount --bind {shlex.quote(str(names))} /etc/hosts"]
             script += [f"hostname {host.name}", f"mount --rbind {shlex.quote(str(host.disk))} /tmp",
                        "mount -t tmpfs -o size=2g tmpfs /dev/shm",
                        "echo up", "exec sleep infinity"]

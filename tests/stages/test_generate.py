@@ -86,7 +86,7 @@ def test_a_worker_keeps_its_generator_for_the_run_and_builds_the_next_runs(tmp_p
             super().__init__(cfg, model_path, root_uri)
 
     monkeypatch.setattr(generate, "ShardGenerator", Recording)
-    monkeypatch.setattr(generate, "_KEPT", {})
+    generate.release_kept()
     for run in ("a", "a", "b"):
         cfg = load_config(["model=tiny_random", "suite.tasks=[vt]", "suite.lengths=[1024]", "suite.samples=2",
                            "suite.shard_size=1", f"store.root={tmp_path}", f"run_name={run}"])
@@ -95,3 +95,6 @@ def test_a_worker_keeps_its_generator_for_the_run_and_builds_the_next_runs(tmp_p
                                            model_path=str(tiny_model_path), root_uri=cfg.run_root)
             assert out["instances"] == [1]
     assert [Path(uri).name for uri in built] == ["a", "b"]  # four shards of run a, two of run b
+    assert isinstance(generate.kept_generator(), Recording)
+    generate.release_kept()
+    assert generate.kept_generator() is None

@@ -106,12 +106,14 @@ def test_the_driver_reads_no_outputs_and_scores_equal_the_whole_root_scored_at_o
     assert root.read_stage("scores", SCORE_SCHEMA).sort_by("instance_id").equals(got)
 
 
-def test_a_worker_keeps_its_scoring_child_across_runs_with_the_same_deadline(tmp_path: Path, monkeypatch) -> None:
+def test_a_worker_keeps_its_scoring_child_across_runs_with_the_same_deadline(tmp_path: Path) -> None:
     """`score_units` runs as a Ray task in a pooled worker: the next run's units get a scorer of their own, and
     the child process that runs the judges is kept while the deadline and the plugins stay the same."""
+    import psutil
+
     from longeval.stages import score as stage
 
-    monkeypatch.setattr(stage, "_KEPT", {})
+    stage.release_kept()
     children = []
     for run, timeout in (("a", 30), ("b", 30), ("c", 20)):
         root = _root(tmp_path / run, compact=True, output_bytes=10)
@@ -122,7 +124,10 @@ def test_a_worker_keeps_its_scoring_child_across_runs_with_the_same_deadline(tmp
                                        "instance_sizes": list(unit.instance_sizes)}])
         scores = stage.score_units(batch, cfg=cfg, root=root)
         assert scores["score"].to_pylist() == [1.0, 0.0, 1.0, 0.0]
-        children.append(stage._KEPT["scorer"].scorer._proc)
-    assert children[0] is children[1] and children[0].pid == children[1].pid  # run b: the same child
-    assert children[2] is not children[0] and not children[0].is_alive()  # a new deadline: the old child stopped
-    stage._KEPT["scorer"].scorer.close()
+        kept = stage.kept_scorer()
+        assert kept is not None and kept.scorer.pid is not None
+        children.append(kept.scorer.pid)
+    assert children[0] == children[1]  # run b: the same child
+    assert children[2] != children[0] and not psutil.pid_exists(children[0])  # a new deadline: the old one stopped
+    stage.release_kept()
+    assert stage.kept_scorer() is None and not psutil.pid_exists(children[2])
