@@ -37,6 +37,8 @@ __all__ = ["Host", "Hosts", "available", "leftovers", "session_prefix"]
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = "lvh"
+HOST_ENV_DROPPED = ("RAY_", "PYTEST_")
+"""Variables a host does not inherit from the test process: a real node's shell has neither."""
 """Every bridge, namespace and veth the harness makes starts with this, then the test session's tag."""
 
 
@@ -101,8 +103,15 @@ class Host:
                 f"--uts=/proc/{self.holder.pid}/ns/uts", "--", *argv]
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        """This process's environment as a host's command gets it: its temp folder is the host's /tmp."""
-        return {**os.environ, "TMPDIR": "/tmp", **(extra or {})}
+        """This process's environment as a host's command gets it: its temp folder is the host's /tmp, and
+        nothing of this process's own Ray or pytest comes along.
+
+        A pytest worker that ran an in-process Ray test has `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` set (see
+        `ray_runtime.init_ray`); a host's `ray start --head` that inherits it binds 127.0.0.1 and never answers
+        at the host's address (what made the module fail inside `make test`'s workers).
+        """
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith(HOST_ENV_DROPPED)}
+        return {**inherited, "TMPDIR": "/tmp", **(extra or {})}
 
     def run(self, argv: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 120,
             check: bool = True) -> subprocess.CompletedProcess[str]:

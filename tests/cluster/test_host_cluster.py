@@ -8,7 +8,6 @@ One cluster for the module: it costs three Ray nodes and an S3 server to start; 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -20,14 +19,7 @@ import pytest
 from tests.cluster.host_cluster import HostCluster, HostS3, start_ray, start_s3
 from tests.cluster.hosts import Hosts, available
 
-UNDER_XDIST = "PYTEST_XDIST_WORKER" in os.environ
-"""Inside `make test`'s pytest workers the module's head came up but never answered `rc_wait` (`ray status`), twice
-in clean-clone runs; alone (`pytest tests/cluster/test_host_cluster.py`) it passes. Until that is understood
-(issue #49's note), the module runs by hand only."""
-
 pytestmark = [pytest.mark.skipif(available() is not None, reason=f"no hosts here: {available()}"),
-              pytest.mark.skipif(UNDER_XDIST, reason="runs alone only for now: in make test's workers the hosts' "
-                                 "Ray head does not answer rc_wait (issue #49); run pytest on this file"),
               pytest.mark.engine, pytest.mark.ray, pytest.mark.cluster, pytest.mark.s3]
 
 # SYNC's six tasks share a context per configuration: 12 prompts at 4K on a replica per worker host (each worker
