@@ -325,7 +325,8 @@ class ClusterConfig:
     free one Ray picks. One another process holds stops Ray's node from starting (the run's error names the holder).
     Not used when joining a cluster: its `ray start --metrics-export-port` sets that one's."""
     placement_timeout_s: float = 600.0
-    """How long a pool may wait for the cluster to place its replicas (an autoscaler may be adding nodes)."""
+    """How long a pool none of whose replicas runs may wait for the cluster to place them (an autoscaler may be
+    adding nodes); a replica that waits while others run (its node lost) holds nothing up."""
     generate_parallelism: int = 2
     """Generation tasks at once, at most. A run uses fewer where the work is small: no more than one a shard to
     generate and one per 10 CPU-seconds of generation as `longeval plan` estimates it

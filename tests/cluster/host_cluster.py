@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import secrets
 import shlex
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -35,6 +36,11 @@ RAY_PORTS = {"LONGEVAL_RAY_PORT": "6379", "LONGEVAL_RAY_DASHBOARD_PORT": "8265",
 JOB_ENV = "LONGEVAL_CACHE LONGEVAL_S3_ENDPOINT AWS_REGION HF_HUB_OFFLINE TRANSFORMERS_OFFLINE TOKENIZERS_PARALLELISM"
 """What a job takes from the submitting host (`LONGEVAL_JOB_ENV`): never the keys, which the nodes have."""
 S3_PORT = 8333
+NODE_DEATH_IN_SECONDS = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000",
+                         "RAY_health_check_failure_threshold": "3"}
+"""Ray's GCS settings (on the head's `ray start`) that mark a silent node dead after about 3-6 s instead of Ray's
+default of up to about a minute (5 missed checks 3 s apart, each waiting up to 10 s): what a cluster that wants
+lost nodes noticed sooner sets, documented in docs/operations.md."""
 
 
 @dataclass
@@ -114,24 +120,48 @@ class HostCluster:
 
     def start(self) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
-        configure = f"rc_configure {self.head.address}"
-        self.head.popen(_script(configure, 'rc_start_head 0 ""', "wait"), env=self._env(),
+        self.head.popen(_script(self._configure, 'rc_start_head 0 ""', "wait"), env=self._env(),
                         log=self.logs / "head.log")
-        self.head.run(_script(configure, "rc_wait 1"), env=self._env(), timeout=300)
-        for i, worker in enumerate(self.workers):
-            worker.popen(_script(configure, f"rc_start_worker {self.cpus} {self.gpus}", "wait"), env=self._env(),
-                         log=self.logs / f"worker{i + 1}.log")
+        self.head.run(_script(self._configure, "rc_wait 1"), env=self._env(), timeout=300)
+        for worker in self.workers:
+            self._start_worker(worker)
+        self.wait_for_workers()
+
+    @property
+    def _configure(self) -> str:
+        return f"rc_configure {self.head.address}"
+
+    def _start_worker(self, worker: Host) -> None:
+        worker.popen(_script(self._configure, f"rc_start_worker {self.cpus} {self.gpus}", "wait"), env=self._env(),
+                     log=self.logs / f"{worker.name}.log")
+
+    def wait_for_workers(self) -> None:
+        """Until every worker host's node has joined (`rc_wait`, as the sbatch script waits)."""
         n = len(self.workers)
-        self.head.run(_script(configure, f"rc_wait {1 + n} {self.cpus * n} {self.gpus * n}"), env=self._env(),
-                      timeout=300)
+        self.head.run(_script(self._configure, f"rc_wait {1 + n} {self.cpus * n} {self.gpus * n}"),
+                      env=self._env(), timeout=300)
+
+    def rejoin(self, worker: Host) -> None:
+        """A worker host that was killed (`Hosts.kill`) comes back as a new Ray node, as a rebooted machine whose
+        Slurm prolog starts Ray again; returns once the cluster has all its workers again."""
+        worker.link(True)
+        self._start_worker(worker)
+        self.wait_for_workers()
+
+    def submit_background(self, *overrides: str, log: Path) -> subprocess.Popen[bytes]:
+        """`submit`, running: the process of `ray_cluster.sh submit`, its output in `log`."""
+        return self.head.popen(["bash", str(REPO / "cluster" / "ray_cluster.sh"), "submit", *overrides],
+                               env=self._submit_env(), log=log)
+
+    def _submit_env(self) -> dict[str, str]:
+        return self._env({"RAY_ADDRESS": f"http://{self.head.address}:{RAY_PORTS['LONGEVAL_RAY_DASHBOARD_PORT']}",
+                          "LONGEVAL_JOB_ENV": JOB_ENV})
 
     def submit(self, *overrides: str, timeout: float = 900) -> Any:
         """`cluster/ray_cluster.sh submit OVERRIDES` from the head host, as a user submits to a running cluster;
         returns the finished process (its exit code is the evaluation's)."""
-        env = self._env({"RAY_ADDRESS": f"http://{self.head.address}:{RAY_PORTS['LONGEVAL_RAY_DASHBOARD_PORT']}",
-                         "LONGEVAL_JOB_ENV": JOB_ENV})
-        return self.head.run(["bash", str(REPO / "cluster" / "ray_cluster.sh"), "submit", *overrides], env=env,
-                             timeout=timeout, check=False)
+        return self.head.run(["bash", str(REPO / "cluster" / "ray_cluster.sh"), "submit", *overrides],
+                             env=self._submit_env(), timeout=timeout, check=False)
 
     def python(self, code: str, *args: str, host: Host | None = None) -> Any:
         """Run `code` on a host of the cluster (the head by default) with the nodes' environment; returns what

@@ -133,6 +133,10 @@ class Host:
         self.started.append(proc)
         return proc
 
+    def link(self, up: bool) -> None:
+        """This host's network link up, or down (its processes run on, unreachable)."""
+        _ip("link", "set", self.veth, "up" if up else "down")
+
     def pids(self) -> list[int]:
         """Every process in this host's network namespace (its holder included)."""
         done = subprocess.run(["ip", "netns", "pids", self.name], capture_output=True, text=True)
@@ -235,7 +239,7 @@ class Hosts:
 
     def link(self, i: int, up: bool) -> None:
         """Host `i`'s network link down (its processes run on, unreachable) or up again."""
-        _ip("link", "set", self.hosts[i].veth, "up" if up else "down")
+        self.hosts[i].link(up)
 
     def close(self) -> None:
         for host in self.hosts:

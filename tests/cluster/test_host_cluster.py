@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.cluster.host_cluster import HostCluster, HostS3, start_ray, start_s3
+from tests.cluster.host_cluster import NODE_DEATH_IN_SECONDS, HostCluster, HostS3, start_ray, start_s3
 from tests.cluster.hosts import Hosts, available
 
 pytestmark = [pytest.mark.skipif(available() is not None, reason=f"no hosts here: {available()}"),
@@ -36,7 +37,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path
     scratch = tmp_path_factory.mktemp("hosts")
     with Hosts(4, scratch) as hosts:
         s3 = start_s3(hosts[3], client=hosts[0])
-        env = {**s3.env(), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        env = {**s3.env(), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+               **NODE_DEATH_IN_SECONDS}
         ray = start_ray(hosts[0], [hosts[1], hosts[2]], env=env, cpus=2, gpus=1, logs=scratch / "logs")
         yield hosts, s3, ray
 
@@ -93,11 +95,11 @@ def test_a_local_root_on_hosts_is_refused_before_any_work(cluster):
     """Part 3: Ray reports three hosts, and a path only one of them can see is refused before anything is
     generated, naming the fix."""
     hosts, _, ray = cluster
-    done = ray.submit(*SYNC, *HOSTS, "store.root=/tmp/runs", "run_name=local")
+    done = ray.submit(*SYNC, *HOSTS, "store.root=/tmp/local-runs", "run_name=local")
     assert done.returncode == 2, (done.stdout + done.stderr)[-5000:]
     line = _error_line(done)
     assert "3 nodes" in line and "s3://" in line and "store.shared_filesystem=true" in line, line
-    assert not any((h.disk / "runs").exists() for h in hosts.hosts)
+    assert not any((h.disk / "local-runs").exists() for h in hosts.hosts)
 
 
 def test_a_shared_filesystem_the_hosts_do_not_share_is_caught_at_the_first_shard(cluster):
@@ -113,3 +115,77 @@ def test_a_shared_filesystem_the_hosts_do_not_share_is_caught_at_the_first_shard
     written = [p for h in hosts.hosts[1:3] for p in (h.disk / "runs" / "unshared" / "instances").rglob("*.parquet")]
     assert written  # the workers' shards, on their own disks
     assert not list((hosts[0].disk / "runs" / "unshared").glob("predictions/**/*"))
+
+
+# Part 4's suite: 36 prompts in 6 contexts, three a replica, each prompt 64 tokens one at a time, so the worker host
+# is killed with most of its prompts still to run; parts committed every second, for the watcher to see the first.
+FAULT = ["model=tiny_random", "suite=sync_quick", "suite.samples=6", "suite.shard_size=2",
+         "suite.params.sync.max_new_tokens=64", "model.max_num_seqs=1", "cluster.commit_interval_s=1"]
+
+WATCH = """
+import json, sys, time
+from longeval.records import PREDICTION_SCHEMA
+from longeval.store.run_root import RunRoot
+root, node, deadline = RunRoot(sys.argv[1]), sys.argv[2], time.monotonic() + float(sys.argv[3])
+while time.monotonic() < deadline:
+    try:
+        nodes = root.read_stage("predictions", PREDICTION_SCHEMA)["node"].to_pylist()
+    except Exception:  # nothing committed yet
+        nodes = []
+    if node in nodes:
+        print(json.dumps({"rows": len(nodes), "on_victim": nodes.count(node)}))
+        break
+    time.sleep(0.2)
+else:
+    print(json.dumps(None))
+"""
+
+
+def test_a_worker_host_that_dies_mid_inference_loses_nothing_and_the_run_finishes(cluster, tmp_path):
+    """Part 4: the host of one replica dies (every process killed, its link down) once that replica has committed
+    answers: the other host's replica takes its unfinished prompts, the run ends with exit 0, every prompt answered
+    once, the same outputs and summary as one host's uninterrupted run with static dispatch, and the dispatch
+    record names the lost host and what went back to the queue. The host then rejoins as a new node, for the
+    module's other tests."""
+    from longeval.config import load_config
+    from longeval.run.pipeline import run
+
+    hosts, s3, ray = cluster
+    root = f"s3://{s3.bucket}/runs/lost"
+    victim = next(node for node, address in ray.nodes().items() if address == hosts[2].address)
+    job = ray.submit_background(*FAULT, *HOSTS, f"store.root=s3://{s3.bucket}/runs", "run_name=lost",
+                                log=tmp_path / "job.log")
+    try:
+        seen = ray.python(WATCH, root, victim, "600")
+        assert seen is not None, (tmp_path / "job.log").read_text()[-5000:]
+        killed = time.monotonic()
+        hosts.kill(2)
+        assert job.wait(timeout=600) == 0, (tmp_path / "job.log").read_text()[-5000:]
+        fault_to_finish = time.monotonic() - killed
+        got = ray.python(READ, root)
+        record = ray.python(DISPATCH, root)
+    finally:
+        if job.poll() is None:
+            job.kill()
+        ray.rejoin(hosts[2])
+    print(f"host killed after {seen['on_victim']} of its answers were committed; run finished "
+          f"{fault_to_finish:.0f} s later")
+    assert len(got["instance_id"]) == len(set(got["instance_id"])) == 36
+    [death] = record["deaths"]
+    assert death["address"] == hosts[2].address and death["replica"] == "pool0/r1", death
+    assert death["unfinished"] and death["back_to_queue"], death  # it held prompts, and they went to the other
+    assert set(death["unfinished"]) <= set(got["instance_id"])
+    assert victim in got["node"]  # what it committed before dying is kept
+    cfg = load_config([*FAULT, "cluster.dispatch=static", f"store.root={tmp_path}", "run_name=one"])
+    run(cfg)
+    one = _read_here(cfg.run_root)
+    assert got["instance_id"] == one["instance_id"]
+    assert got["output"] == one["output"]
+    assert got["summary"] == one["summary"]
+
+
+DISPATCH = """
+import json, sys
+from longeval.store.run_root import RunRoot
+print(json.dumps(RunRoot(sys.argv[1]).read_json("dispatch/pool0.json")))
+"""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import logging
+import time
 from typing import Any
 
 from longeval.cluster import interrupt
@@ -50,6 +51,8 @@ class PoolDriver(abc.ABC):
         self.done_rows = 0
         """Rows finished by runs that ended (returned, or died: those their replica committed)."""
         self.stats: dict[str, dict] = {}
+        self.deaths: list[dict[str, Any]] = []
+        """Each replica death, for the dispatch record (`_death`)."""
 
     @abc.abstractmethod
     def start(self) -> None:
@@ -64,32 +67,76 @@ class PoolDriver(abc.ABC):
         """Make replica `k`'s unfinished work someone's again after its run failed with `exc`."""
 
     def _launch(self, ks: list[int]) -> None:
-        """Start (or reuse) replicas `ks` and set each running."""
-        for k, actor in self.replicas.start(ks).items():
-            self.runs[self._launch_one(k, actor)] = k
+        """Set replicas `ks` running: a live one at once, the others once started (`wait` polls them)."""
+        for k in ks:
+            if k in self.replicas.actors:
+                self.runs[self._launch_one(k, self.replicas.actors[k])] = k
+        self.replicas.begin([k for k in ks if k not in self.replicas.actors])
 
     def running(self) -> bool:
-        return bool(self.runs)
+        """Whether any replica runs, or starts with work left for it; starting ones nobody needs are stopped."""
+        if self.runs or (self.replicas.starting and self._work_for_starting()):
+            return True
+        self.replicas.cancel()
+        return False
+
+    @abc.abstractmethod
+    def _work_for_starting(self) -> bool:
+        """Whether prompts are left that a starting replica would run."""
 
     def wait(self, timeout_s: float) -> None:
+        """Up to `timeout_s` for a run to end or a replica to finish starting; handles what did."""
         import ray
 
-        ready, _ = ray.wait(list(self.runs), num_returns=1, timeout=timeout_s)
+        ready = []
+        if self.runs:
+            ready, _ = ray.wait(list(self.runs), num_returns=1, timeout=timeout_s)
         for ref in ready:
             k = self.runs.pop(ref)
             try:
                 stats = ray.get(ref)
             except ray.exceptions.RayError as exc:
-                stop_on_fatal(exc)  # a restart would only fill the same disk again, or write a root taken over
-                interrupt.check()  # engines in the terminal's process group die of the same Ctrl-C: no restart
-                self.died = True
-                self.replicas.replace(k)
-                self._replica_died(k, exc)
+                self._died(k, exc)
                 continue
             self.parts += stats.pop("parts", [])
             self.stats[self.replicas.name(k)] = stats
             self.done_rows += stats["rows"]
             self._run_ended(k)
+        started, failed = self.replicas.poll(0.0 if self.runs else timeout_s)
+        for k, actor in started.items():
+            self.runs[self._launch_one(k, actor)] = k
+        for k, exc in failed.items():
+            self._died(k, exc)
+        self._unplaced()
+
+    def _died(self, k: int, exc: BaseException) -> None:
+        """Replica `k` died (running, or starting): recorded with its node, stopped, and its work passed on."""
+        stop_on_fatal(exc)  # a restart would only fill the same disk again, or write a root taken over
+        interrupt.check()  # engines in the terminal's process group die of the same Ctrl-C: no restart
+        self.died = True
+        self.deaths.append(self._death(k, exc))
+        self.replicas.replace(k)
+        self._replica_died(k, exc)
+
+    def _death(self, k: int, exc: BaseException) -> dict[str, Any]:
+        """What the run's dispatch record keeps of a replica's death: which one, on which node (its address, and
+        whether Ray still had the node alive then), when, and of what."""
+        import ray
+
+        node = self.replicas.nodes.get(k, "")
+        seen = {n["NodeID"]: n for n in ray.nodes()}.get(node, {})
+        return {"replica": self.replicas.name(k), "restarts": self.replicas.restarts.get(k, 0), "node": node,
+                "address": seen.get("NodeManagerAddress", ""), "node_alive": bool(seen.get("Alive", False)),
+                "at": round(time.time(), 3), "cause": cause_of(exc)}
+
+    def _unplaced(self) -> None:
+        """A replica Ray cannot place (its node gone, no room elsewhere) waits beside those that run; with none
+        running, the pool waits `cluster.placement_timeout_s` for room (an autoscaler's node), then fails."""
+        waited = self.replicas.unplaced()
+        timeout = self.cfg.cluster.placement_timeout_s
+        if waited and not self.runs and not (self.replicas.starting.keys() - waited.keys()) \
+                and min(waited.values()) > timeout:
+            raise self.replicas.placement_error(sorted(waited))
 
     def _run_ended(self, k: int) -> None:  # noqa: B027 (a hook: static dispatch has nothing to do)
         """Replica `k` finished what it was given."""
@@ -99,7 +146,10 @@ class PoolDriver(abc.ABC):
         self.failures[k] = self.failures.get(k, 0) + 1
         name = self.replicas.name(k)
         if self.failures[k] <= self.cfg.cluster.engine_restarts:
-            log.warning("%s died (%s); starting it again, %d of its prompts unfinished", name, cause_of(exc), len(left))
+            where = self.deaths[-1]["address"] if self.deaths else ""
+            log.warning("%s died%s (%s); starting it again where Ray can place it, %d of its prompts unfinished", name,
+                        f" with its node at {where}" if where and not self.deaths[-1]["node_alive"] else
+                        (f" on {where}" if where else ""), cause_of(exc), len(left))
             return False
         log.error("%s failed %d times; its %d unfinished prompts are recorded as engine errors (a rerun retries "
                   "them): %s", name, self.failures[k], len(left), cause_of(exc))
@@ -132,16 +182,57 @@ class PoolDriver(abc.ABC):
     def rebalance(self) -> None:  # noqa: B027 (a hook: static dispatch moves nothing)
         """Pass on what the dispatch asks replicas to give back."""
 
-    def close(self) -> None:  # noqa: B027 (a hook: static dispatch holds nothing else)
-        """Free what the driver holds besides the replicas."""
+    def close(self) -> None:
+        """Free what the driver holds besides the replicas, and write the pool's dispatch record."""
+        record = self._record()
+        if record is not None:
+            self.root.write_json(f"dispatch/{self.replicas.pool.name}.json", {
+                "pool": self.replicas.pool.name, "dispatch": self.cfg.cluster.dispatch.value, **record,
+                "deaths": self.deaths})
+
+    @abc.abstractmethod
+    def _record(self) -> dict[str, Any] | None:
+        """The dispatch mode's part of the pool's dispatch record; None: no record (nothing happened worth one)."""
 
 
 class StaticDriver(PoolDriver):
-    """Static dispatch: each replica runs a fixed list; a restarted one runs what is left of its own list."""
+    """Static dispatch: each replica runs a fixed list; a restarted one runs what is left of its own list, or, when
+    Ray cannot place it again (its node lost), a replica that finished its own list runs it (`MOVE_AFTER_S`)."""
+
+    MOVE_AFTER_S = 10.0
+    """How long a restarting replica's placement group may wait before an idle replica takes its list: a group
+    whose node is alive is placed again at once; one that waits this long had its node lost, with no room left
+    elsewhere."""
 
     def __init__(self, cfg: Config, replicas: PoolReplicas, work: list[list[Work]]) -> None:
         super().__init__(cfg, replicas)
         self.work = {k: w for k, w in enumerate(work) if w}
+        self.moved: list[dict[str, Any]] = []
+        """Lists moved from a replica Ray could not place to one that had finished its own."""
+
+    def _work_for_starting(self) -> bool:
+        return any(self.work.get(k) for k in self.replicas.starting)
+
+    def _unplaced(self) -> None:
+        busy = set(self.runs.values())
+        idle = [j for j in self.replicas.actors if j not in busy]
+        for k, waited in sorted(self.replicas.unplaced().items()):
+            if not idle or waited < self.MOVE_AFTER_S or not self.work.get(k):
+                continue
+            j = idle.pop(0)
+            log.warning("%s cannot be placed again (waited %.0f s); %s, done with its own list, runs its %d prompts",
+                        self.replicas.name(k), waited, self.replicas.name(j), len(self.work[k]))
+            self.moved.append({"from": self.replicas.name(k), "to": self.replicas.name(j),
+                               "prompts": [w.instance_id for w in self.work[k]], "at": round(time.time(), 3)})
+            self.work[j], self.work[k] = self.work[k], []
+            self.replicas.cancel([k])
+            self._launch([j])
+        super()._unplaced()
+
+    def _record(self) -> dict[str, Any] | None:
+        if not (self.deaths or self.moved):
+            return None
+        return {"replicas": {k: self.replicas.name(k) for k in sorted(self.work)}, "moved": self.moved}
 
     def start(self) -> None:
         self._launch(list(self.work))
@@ -155,6 +246,7 @@ class StaticDriver(PoolDriver):
         left = [w for w in self.work[k] if w.instance_id not in done]
         self.done_rows += len(self.work[k]) - len(left)
         self.work[k] = left
+        self.deaths[-1]["unfinished"] = [w.instance_id for w in left]
         if left and not self._give_up(k, exc, left):
             self._launch([k])
 
@@ -168,13 +260,22 @@ class QueueDriver(PoolDriver):
         import ray
 
         super().__init__(cfg, replicas)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
         self.ks = list(range(min(replicas.pool.replicas, len(group_by_context(rows)))))
-        self.queue = ray.remote(WorkQueue).options(num_cpus=0).remote(rows, len(self.ks))
+        # On the driver's node: the queue lives as long as the run does, not as long as some worker host.
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        self.queue = ray.remote(WorkQueue).options(num_cpus=0, scheduling_strategy=here).remote(rows, len(self.ks))
         self.idle: set[int] = set()
         """Live replicas whose run ended because the queue was empty."""
 
     def start(self) -> None:
         self._launch(self.ks)
+
+    def _work_for_starting(self) -> bool:
+        import ray
+
+        return bool(ray.get(self.queue.remaining.remote()))
 
     def _launch_one(self, k: int, actor: Any) -> Any:
         self.idle.discard(k)
@@ -198,6 +299,7 @@ class QueueDriver(PoolDriver):
         requeue = self.failures.get(k, 0) < self.cfg.cluster.engine_restarts
         left, finished = ray.get(self.queue.give_back.remote(k, done, requeue))
         self.done_rows += finished
+        self.deaths[-1].update(unfinished=[w.instance_id for w in left], back_to_queue=requeue)
         if self._give_up(k, exc, left):
             ray.get(self.queue.retire.remote(k))
             if not [j for j in self.ks if self.failures.get(j, 0) <= self.cfg.cluster.engine_restarts]:
@@ -234,11 +336,17 @@ class QueueDriver(PoolDriver):
         if self.idle and ray.get(self.queue.remaining.remote()):
             self._launch(sorted(self.idle))
 
+    def _record(self) -> dict[str, Any] | None:
+        import ray
+
+        try:  # a record for reading a straggler or a lost node, not a result
+            events = ray.get(self.queue.events.remote(), timeout=30)
+        except ray.exceptions.RayError:
+            events = None
+        return {"replicas": {k: self.replicas.name(k) for k in self.ks}, "events": events}
+
     def close(self) -> None:
         import ray
 
-        with contextlib.suppress(ray.exceptions.RayError):  # a record for reading a straggler, not a result
-            self.root.write_json(f"dispatch/{self.replicas.pool.name}.json", {
-                "pool": self.replicas.pool.name, "replicas": {k: self.replicas.name(k) for k in self.ks},
-                "events": ray.get(self.queue.events.remote(), timeout=30)})
+        super().close()
         ray.kill(self.queue, no_restart=True)

@@ -22,5 +22,5 @@ def cause_of(exc: BaseException) -> str:
     while (following := getattr(cause, "cause", None) or cause.__cause__) is not None and id(following) not in seen:
         cause = following
         seen.add(id(cause))
-    text = f"{type(cause).__name__}: {cause}".strip().splitlines()
+    text = [line.strip() for line in f"{type(cause).__name__}: {cause}".splitlines() if line.strip()]
     return text[-1][:500] if text else type(cause).__name__

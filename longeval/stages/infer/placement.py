@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import OrderedDict
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -20,8 +21,8 @@ from longeval.stages.infer.failures import cause_of, stop_on_fatal
 from longeval.stages.infer.replica import Replica
 from longeval.store.run_root import RunRoot
 
-__all__ = ["RESERVE_CPUS", "Engines", "PoolReplicas", "actor_options", "bundles", "has_room", "kept_engines",
-           "release_engines", "size_pool"]
+__all__ = ["RESERVE_CPUS", "Engines", "PoolReplicas", "Starting", "actor_options", "bundles", "has_room",
+           "kept_engines", "release_engines", "size_pool"]
 
 log = logging.getLogger(__package__)  # the stage's one logger: its lines read `longeval.stages.infer`, as before
 
@@ -185,6 +186,17 @@ class Engines:
                 replicas.close()
 
 
+@dataclass
+class Starting:
+    """A replica on its way up: its placement group's ready ref, then its actor and the actor's ready ref."""
+
+    placed: Any
+    since: float
+    """When it began waiting (monotonic seconds)."""
+    actor: Any = None
+    ready: Any = None
+
+
 class PoolReplicas:
     """A pool's replica actors, each in a placement group of its own, started on demand and kept until closed."""
 
@@ -195,6 +207,10 @@ class PoolReplicas:
         self.groups: dict[int, Any] = {}
         self.actors: dict[int, Any] = {}
         self.restarts: dict[int, int] = {}
+        self.starting: dict[int, Starting] = {}
+        """Replicas being started: waiting for their placement group, then for their engine."""
+        self.nodes: dict[int, str] = {}
+        """Each live (or last live) replica's Ray node id, from its engine record."""
         self.job: tuple[str, str] | None = None
         """The driver's connection to Ray its actors belong to (`_connection`): one kept past `ray.shutdown()` is
         gone with that Ray."""
@@ -215,46 +231,98 @@ class PoolReplicas:
     def name(self, k: int) -> str:
         return f"{self.pool.name}/r{k}"
 
-    def start(self, ks: list[int]) -> dict[int, Any]:
-        """Replicas `ks`, started (all engines loading at once) where they are not live; returns them ready."""
-        import ray
+    def begin(self, ks: list[int]) -> None:
+        """Start replicas `ks` (those not live or starting) without waiting: each waits for its placement group,
+        then loads its engine; `poll` says which are ready. The driver goes on meanwhile, so a replica whose node
+        was lost does not hold up the others while Ray cannot place it again."""
         from ray.util import placement_group
 
         self.job = _connection()
         for k in ks:
+            if k in self.actors or k in self.starting:
+                continue
             if k not in self.groups:
                 spec, strategy = bundles(self.pool)
                 self.groups[k] = placement_group(spec, strategy=strategy,
                                                  name=f"longeval-{self.name(k)}-{os.getpid()}")
-        new = [k for k in ks if k not in self.actors]
-        timeout = self.engines.cfg.cluster.placement_timeout_s
-        waiting = [self.groups[k].ready() for k in new]
-        ready, _ = ray.wait(waiting, num_returns=len(waiting), timeout=timeout)
-        if len(ready) < len(waiting):
-            spec, _ = bundles(self.pool)
-            raise LongevalError(
-                f"{self.pool.name}: {len(waiting) - len(ready)} of {len(waiting)} replicas could not be placed "
-                f"within {timeout:.0f} s; each needs {spec}, the cluster has {ray.available_resources()} free. "
-                "Lower cluster.replicas or model.tensor_parallel_size, add nodes, or raise "
-                "cluster.placement_timeout_s while an autoscaler adds them")
-        cfg = self.engines.cfg
-        created = {}
-        for k in new:
-            restarts = self.restarts.get(k, 0)
-            created[k] = ray.remote(Replica).options(**actor_options(self.pool, self.groups[k])).remote(
-                self.model, self.engines.model_path, cfg.model.name, self.pool.max_model_len, self.engines.root.uri,
-                self.name(k) + (f"#{restarts}" if restarts else ""), tuple(cfg.public_keys))
-            self.engines.started += 1
-        for k, actor in created.items():
+            self.starting[k] = Starting(self.groups[k].ready(), time.monotonic())
+
+    def poll(self, timeout_s: float = 0.0) -> tuple[dict[int, Any], dict[int, BaseException]]:
+        """The starting replicas that became ready (now live) and those that died starting, waiting up to
+        `timeout_s` for the first of them. An engine whose own start raised (a model it cannot load) stops the run
+        with that error; a replica that died of something else (its node lost, its process killed) is returned as
+        failed, for the driver to treat as a dead replica."""
+        import ray
+
+        placed = [s.placed for s in self.starting.values() if s.actor is None]
+        loading = [s.ready for s in self.starting.values() if s.ready is not None]
+        if placed or loading:
+            ray.wait([*placed, *loading], num_returns=1, timeout=timeout_s)
+        ready: dict[int, Any] = {}
+        failed: dict[int, BaseException] = {}
+        for k, starting in list(self.starting.items()):
+            if starting.actor is None:
+                if not ray.wait([starting.placed], timeout=0)[0]:
+                    continue
+                starting.actor = self._create(k)
+                starting.ready = starting.actor.ready.remote()
+            if not ray.wait([starting.ready], timeout=0)[0]:
+                continue
+            del self.starting[k]
             try:
-                ray.get(actor.ready.remote())
+                info = ray.get(starting.ready)
             except ray.exceptions.RayError as exc:
-                for other in created.values():
-                    ray.kill(other, no_restart=True)
+                ray.kill(starting.actor, no_restart=True)
                 stop_on_fatal(exc)  # the replica's first write found the disk full: not the engine's fault
-                raise LongevalError(f"the engine of {self.name(k)} failed to start: {cause_of(exc)}") from exc
-        self.actors.update(created)
-        return {k: self.actors[k] for k in ks}
+                if getattr(exc, "actor_init_failed", False):
+                    self.cancel()
+                    raise LongevalError(f"the engine of {self.name(k)} failed to start: {cause_of(exc)}") from exc
+                failed[k] = exc
+                continue
+            self.actors[k] = starting.actor
+            self.nodes[k] = info.get("node", "")
+            ready[k] = starting.actor
+        return ready, failed
+
+    def _create(self, k: int) -> Any:
+        import ray
+
+        cfg = self.engines.cfg
+        restarts = self.restarts.get(k, 0)
+        self.engines.started += 1
+        return ray.remote(Replica).options(**actor_options(self.pool, self.groups[k])).remote(
+            self.model, self.engines.model_path, cfg.model.name, self.pool.max_model_len, self.engines.root.uri,
+            self.name(k) + (f"#{restarts}" if restarts else ""), tuple(cfg.public_keys))
+
+    def unplaced(self) -> dict[int, float]:
+        """Starting replicas still waiting for their placement group, with how long they have waited (s)."""
+        now = time.monotonic()
+        return {k: now - s.since for k, s in self.starting.items() if s.actor is None}
+
+    def placement_error(self, ks: list[int]) -> LongevalError:
+        import ray
+
+        spec, _ = bundles(self.pool)
+        timeout = self.engines.cfg.cluster.placement_timeout_s
+        return LongevalError(
+            f"{self.pool.name}: {len(ks)} replica(s) could not be placed within {timeout:.0f} s; each needs {spec}, "
+            f"the cluster has {ray.available_resources()} free. Lower cluster.replicas or "
+            "model.tensor_parallel_size, add nodes, or raise cluster.placement_timeout_s while an autoscaler adds "
+            "them")
+
+    def cancel(self, ks: list[int] | None = None) -> None:
+        """Stop starting replicas `ks` (all by default): their engines, and their placement groups when not yet
+        placed (a group left waiting would take a returning node's resources for nothing)."""
+        import ray
+
+        for k in list(self.starting) if ks is None else ks:
+            starting = self.starting.pop(k, None)
+            if starting is None:
+                continue
+            if starting.actor is not None:
+                ray.kill(starting.actor, no_restart=True)
+            else:
+                ray.util.remove_placement_group(self.groups.pop(k))
 
     def replace(self, k: int) -> None:
         """Stop replica `k` (dead or dying); the next `start` starts it again in the same placement group."""
@@ -274,6 +342,7 @@ class PoolReplicas:
         if _connection() != self.job:
             self.actors.clear()  # their Ray is gone, and its actors with it
             self.groups.clear()
+            self.starting.clear()
             return False
         self.engines, self.pool = engines, pool
         self.restarts = {}  # a new run gets its own `cluster.engine_restarts`
@@ -292,7 +361,12 @@ class PoolReplicas:
         if self.job is not None and _connection() != self.job:
             self.actors.clear()  # kept past a `ray.shutdown()`: nothing of theirs is left to stop
             self.groups.clear()
+            self.starting.clear()
             return
+        for starting in self.starting.values():
+            if starting.actor is not None:
+                ray.kill(starting.actor, no_restart=True)
+        self.starting.clear()
         for actor in self.actors.values():
             ray.kill(actor, no_restart=True)
         for group in self.groups.values():
