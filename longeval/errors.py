@@ -76,6 +76,11 @@ class LeaseLostError(StoreError):
     this run still runs must not write the root."""
 
 
+class ReplicaLostError(LongevalError):
+    """The driver declared this replica lost (its node marked dead) and gave its prompts to others: a replica that
+    lives on (a host whose link came back) must not write what they write again."""
+
+
 def find_error(exc: BaseException, kind: type[E]) -> E | None:
     """The `kind` error in `exc`: itself, its causes, or the one a Ray worker raised. A Ray task error is an
     instance of its cause's class too but prints the whole remote traceback, so its `cause` is what is returned."""

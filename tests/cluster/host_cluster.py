@@ -141,6 +141,15 @@ class HostCluster:
         self.head.run(_script(self._configure, f"rc_wait {1 + n} {self.cpus * n} {self.gpus * n}"),
                       env=self._env(), timeout=300)
 
+    def restart(self) -> None:
+        """Every node stopped (each host's processes killed) and the cluster started again on the same hosts with a
+        new tag: a head replaced at its address, as a Slurm requeue or a KubeRay head restart gives."""
+        for host in (self.head, *self.workers):
+            host.kill()
+            host.link(True)
+        self.tag = secrets.token_hex(4)
+        self.start()
+
     def rejoin(self, worker: Host) -> None:
         """A worker host that was killed (`Hosts.kill`) comes back as a new Ray node, as a rebooted machine whose
         Slurm prolog starts Ray again; returns once the cluster has all its workers again."""

@@ -133,6 +133,27 @@ class Host:
         self.started.append(proc)
         return proc
 
+    def kill(self) -> list[int]:
+        """This host dies: SIGKILL to every process in it (its holder, which keeps its namespaces, aside), and its
+        link goes down. Returns the pids killed."""
+        self.link(False)
+        pids = self.processes()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # gone, and those this process started reaped
+            for proc in self.started:
+                proc.poll()
+            if not self.processes():
+                break
+            time.sleep(0.05)
+        return pids
+
+    def processes(self) -> list[int]:
+        """The processes running in this host, its holder aside."""
+        return [p for p in self.pids() if self.holder is None or p != self.holder.pid]
+
     def link(self, up: bool) -> None:
         """This host's network link up, or down (its processes run on, unreachable)."""
         _ip("link", "set", self.veth, "up" if up else "down")
@@ -222,20 +243,7 @@ class Hosts:
 
     def kill(self, i: int) -> list[int]:
         """Host `i` dies: SIGKILL to every process in it, and its link goes down. Returns the pids killed."""
-        host = self.hosts[i]
-        _ip("link", "set", host.veth, "down")
-        pids = [p for p in host.pids() if host.holder is None or p != host.holder.pid]
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:  # gone, and those this process started reaped
-            for proc in host.started:
-                proc.poll()
-            if set(host.pids()) <= {host.holder.pid if host.holder else -1}:
-                break
-            time.sleep(0.05)
-        return pids
+        return self.hosts[i].kill()
 
     def link(self, i: int, up: bool) -> None:
         """Host `i`'s network link down (its processes run on, unreachable) or up again."""

@@ -179,6 +179,10 @@ class WorkQueue:
         self._moves = moves
         self._active = set(range(replicas))
         """Replicas that may still take work (not retired)."""
+        self._first_life = dict.fromkeys(range(replicas), 0)
+        """Each replica's earliest life whose asks are answered (`give_back` raises it): a replica given up for
+        dead whose host comes back would otherwise take work again, hold it as it dies for good, and keep the
+        others waiting for it to be given back."""
         groups = group_by_context(rows)
         order = sorted(range(len(groups)), key=lambda g: (-sum(w.cost for w in groups[g]), g))
         self._queue: deque[list[Work]] = deque(groups[g] for g in order)
@@ -219,7 +223,7 @@ class WorkQueue:
     def take(self, replica: int, room: int = 1, finished: Iterable[str] = (),
              now: float | None = None,
              given_back: Iterable[str] | Mapping[str, tuple[Sequence[int], str]] = (),
-             progress: Mapping[str, int] | None = None) -> list[Work] | None:
+             progress: Mapping[str, int] | None = None, life: int = 0) -> list[Work] | None:
         """The next contexts for `replica`, at least one when it may take any, until `room` prompts.
 
         `finished`: ids it finished since it last asked (they no longer count as held); `given_back`: ids it was
@@ -228,8 +232,11 @@ class WorkQueue:
         Returns [] when the replica holds its fair share already (ask again once some of it finished), or holding
         nothing would finish the next context after the others finished everything, or work is on its way back
         from another replica (ask again in a while); None when nothing is left to hand out.
-        `now`: the clock for the speeds (default `time.monotonic()`).
+        `now`: the clock for the speeds (default `time.monotonic()`). `life`: which life of the replica asks (its
+        restarts); a life given up for dead (`give_back`) gets None and changes nothing.
         """
+        if life < self._first_life[replica]:
+            return None
         now = time.monotonic() if now is None else now
         self._started = now if self._started is None else self._started
         self._estimates.asked(replica, now)
@@ -504,10 +511,14 @@ class WorkQueue:
         """Seconds the longest answer `replica` holds has still to run (`SpeedEstimates.left`; 0 until known)."""
         return self._estimates.answer_left(self._held[replica].values(), replica)
 
-    def give_back(self, replica: int, done: set[str], requeue: bool = True) -> tuple[list[Work], int]:
+    def give_back(self, replica: int, done: set[str], requeue: bool = True, next_life: int | None = None
+                  ) -> tuple[list[Work], int]:
         """A replica died: what it took in this life and did not finish (`done`: the ids committed) goes back to
         the front of the queue, its contexts whole and in order, for any replica to take (`requeue=False`: to
-        the caller only). Returns what was left, and how many it had finished."""
+        the caller only). Returns what was left, and how many it had finished. `next_life`: the life its restart
+        asks as; earlier lives are answered None from now on."""
+        if next_life is not None:
+            self._first_life[replica] = max(self._first_life[replica], next_life)
         handed = self._handed[replica]
         left = [w for w in handed if w.instance_id not in done]
         if requeue:

@@ -22,6 +22,7 @@ from longeval.stages.infer.dispatch import Work, WorkQueue, group_by_context, re
 from longeval.stages.infer.failures import cause_of, stop_on_fatal
 from longeval.stages.infer.pending import final_ids
 from longeval.stages.infer.placement import PoolReplicas
+from longeval.stages.infer.writer import lost_marker
 from longeval.store.lease import held_generation
 from longeval.store.row_group_reads import PROMPT_GROUP_BYTES
 
@@ -114,7 +115,10 @@ class PoolDriver(abc.ABC):
         stop_on_fatal(exc)  # a restart would only fill the same disk again, or write a root taken over
         interrupt.check()  # engines in the terminal's process group die of the same Ctrl-C: no restart
         self.died = True
-        self.deaths.append(self._death(k, exc))
+        death = self._death(k, exc)
+        self.deaths.append(death)
+        if not death["node_alive"]:  # its replica may live on, cut off: marked before its prompts go elsewhere
+            self.root.write_json(lost_marker(death["replica"]), death)
         self.replicas.replace(k)
         self._replica_died(k, exc)
 
@@ -125,7 +129,7 @@ class PoolDriver(abc.ABC):
 
         node = self.replicas.nodes.get(k, "")
         seen = {n["NodeID"]: n for n in ray.nodes()}.get(node, {})
-        return {"replica": self.replicas.name(k), "restarts": self.replicas.restarts.get(k, 0), "node": node,
+        return {"replica": self.replicas.life(k), "restarts": self.replicas.restarts.get(k, 0), "node": node,
                 "address": seen.get("NodeManagerAddress", ""), "node_alive": bool(seen.get("Alive", False)),
                 "at": round(time.time(), 3), "cause": cause_of(exc)}
 
@@ -263,8 +267,10 @@ class QueueDriver(PoolDriver):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.ks = list(range(min(replicas.pool.replicas, len(group_by_context(rows)))))
-        # On the driver's node: the queue lives as long as the run does, not as long as some worker host.
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        # On the driver's node: the queue lives as long as the run does, not as long as some worker host. A hard
+        # affinity (a 0-CPU actor fits any node, the head with 0 CPUs too): on three hosts a soft one put it on a
+        # worker host, and the run died with that host.
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self.queue = ray.remote(WorkQueue).options(num_cpus=0, scheduling_strategy=here).remote(rows, len(self.ks))
         self.idle: set[int] = set()
         """Live replicas whose run ended because the queue was empty."""
@@ -280,7 +286,7 @@ class QueueDriver(PoolDriver):
     def _launch_one(self, k: int, actor: Any) -> Any:
         self.idle.discard(k)
         return actor.run_queue.remote(self.queue, k, self.cfg.cluster.inflight, self.cfg.cluster.commit_interval_s,
-                                      self.shards, self.fence, self.group_bytes)
+                                      self.shards, self.fence, self.group_bytes, self.replicas.restarts.get(k, 0))
 
     def _run_ended(self, k: int) -> None:  # noqa: B027 (a hook: static dispatch has nothing to do)
         import ray
@@ -297,7 +303,7 @@ class QueueDriver(PoolDriver):
         # Its unfinished prompts go back to the queue unless this failure is one too many: then they may be
         # what kills engines, and are recorded instead of passed on.
         requeue = self.failures.get(k, 0) < self.cfg.cluster.engine_restarts
-        left, finished = ray.get(self.queue.give_back.remote(k, done, requeue))
+        left, finished = ray.get(self.queue.give_back.remote(k, done, requeue, self.replicas.restarts.get(k, 0)))
         self.done_rows += finished
         self.deaths[-1].update(unfinished=[w.instance_id for w in left], back_to_queue=requeue)
         if self._give_up(k, exc, left):

@@ -231,6 +231,11 @@ class PoolReplicas:
     def name(self, k: int) -> str:
         return f"{self.pool.name}/r{k}"
 
+    def life(self, k: int) -> str:
+        """Replica `k`'s name in its current life: `pool0/r1`, then `pool0/r1#1` once started again."""
+        restarts = self.restarts.get(k, 0)
+        return self.name(k) + (f"#{restarts}" if restarts else "")
+
     def begin(self, ks: list[int]) -> None:
         """Start replicas `ks` (those not live or starting) without waiting: each waits for its placement group,
         then loads its engine; `poll` says which are ready. The driver goes on meanwhile, so a replica whose node
@@ -288,11 +293,10 @@ class PoolReplicas:
         import ray
 
         cfg = self.engines.cfg
-        restarts = self.restarts.get(k, 0)
         self.engines.started += 1
         return ray.remote(Replica).options(**actor_options(self.pool, self.groups[k])).remote(
             self.model, self.engines.model_path, cfg.model.name, self.pool.max_model_len, self.engines.root.uri,
-            self.name(k) + (f"#{restarts}" if restarts else ""), tuple(cfg.public_keys))
+            self.life(k), tuple(cfg.public_keys))
 
     def unplaced(self) -> dict[int, float]:
         """Starting replicas still waiting for their placement group, with how long they have waited (s)."""

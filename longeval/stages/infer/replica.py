@@ -94,19 +94,20 @@ class Replica:
 
     def run_queue(self, queue: Any, k: int, inflight: int | None = None, commit_interval_s: float = 30.0,
                   shards: dict[str, int | None] | None = None, fence: int | None = None,
-                  group_bytes: int = PROMPT_GROUP_BYTES) -> dict:
+                  group_bytes: int = PROMPT_GROUP_BYTES, life: int = 0) -> dict:
         """Take contexts from the pool's `WorkQueue` actor as the engine has room, until the queue is empty
         (dynamic dispatch). The window defaults to `max_num_seqs`: a replica takes no more than its engine runs,
-        so what it has not started stays in the queue for a free replica."""
-        return self._run(self._from_queue(queue, k), inflight or self.engine.max_num_seqs, commit_interval_s, shards,
-                         fence, group_bytes)
+        so what it has not started stays in the queue for a free replica. `life`: this replica's restarts, which
+        the queue checks (`WorkQueue.take`)."""
+        return self._run(self._from_queue(queue, k, life), inflight or self.engine.max_num_seqs, commit_interval_s,
+                         shards, fence, group_bytes)
 
     def _run(self, work: Iterator[tuple[str, str, int] | None], inflight: int, commit_interval_s: float,
              shards: dict[str, int | None] | None, fence: int | None, group_bytes: int) -> dict:
         began = time.perf_counter()
         self.writer = PredictionWriter(self.root,
                                        extra={"model_id": self.model_id, "replica": self.name, "node": self.node},
-                                       interval_s=commit_interval_s, fence=fence)
+                                       interval_s=commit_interval_s, fence=fence, replica=self.name)
         self.finished_ids: list[str] = []
         last_row = began
         try:
@@ -124,7 +125,7 @@ class Replica:
         self.root.write_json(self.record, {**self.info, "stats": stats})
         return {**stats, "parts": self.writer.names}  # the driver then knows them without a listing
 
-    def _from_queue(self, queue: Any, k: int) -> Iterator[tuple | None]:
+    def _from_queue(self, queue: Any, k: int, life: int = 0) -> Iterator[tuple | None]:
         """The queue's contexts as `(instance_id, shard prefix, shards the context spans[, answer so far])` (the
         last for a prompt another replica gave back part-way, `dispatch.Work.resumed`); None while the queue
         holds this replica's next work back: asked again once some of what it holds finished or was given back
@@ -141,7 +142,8 @@ class Replica:
             finished, self.finished_ids = self.finished_ids, []
             holding -= len(finished) + len(given_back)
             asked_at = time.monotonic()
-            got = ray.get(queue.take.remote(k, 1, finished, given_back=given_back, progress=self.engine.progress()))
+            got = ray.get(queue.take.remote(k, 1, finished, given_back=given_back, progress=self.engine.progress(),
+                                            life=life))
             if got is None and holding <= 0:
                 return
             holding += len(got or [])

@@ -6,12 +6,17 @@ import queue
 import threading
 import time
 
-from longeval.errors import DiskFullError, LeaseLostError, LongevalError
+from longeval.errors import DiskFullError, LeaseLostError, LongevalError, ReplicaLostError
 from longeval.records import prediction_table
 from longeval.store.lease import superseded
 from longeval.store.run_root import RunRoot
 
-__all__ = ["PredictionWriter"]
+__all__ = ["PredictionWriter", "lost_marker"]
+
+
+def lost_marker(replica: str) -> str:
+    """Where the driver marks replica `replica` (one life of it: `pool0/r1#1`) lost, in the run root."""
+    return f"dispatch/lost/{replica.replace('/', '-')}.json"
 
 
 class PredictionWriter:
@@ -25,12 +30,18 @@ class PredictionWriter:
     later claim exists (`lease.superseded`, one HEAD): a killed driver's replicas live on for about a second (Ray
     ends them once it sees the driver gone) and committed parts a rerun had already listed as not done, so it ran
     those prompts again; a driver taken over after missing its stale limit has replicas that would write on.
+
+    `replica`: this replica's name (one life of it). Before each part the writer also checks that the driver has
+    not marked it lost (`lost_marker`, one HEAD): a host cut off long enough for Ray to mark its node dead has its
+    prompts given to other replicas, but its replica runs on, and when the link comes back it would commit what
+    they commit too.
     """
 
     def __init__(self, root: RunRoot, *, extra: dict[str, str], interval_s: float = 30.0,
-                 max_rows: int = 1024, fence: int | None = None) -> None:
+                 max_rows: int = 1024, fence: int | None = None, replica: str | None = None) -> None:
         self.root, self.extra, self.interval_s, self.max_rows = root, extra, interval_s, max_rows
         self.fence = fence
+        self.lost = lost_marker(replica) if replica else None
         self.queue: queue.Queue[list[dict] | None] = queue.Queue()
         self.count = 0
         """Rows committed."""
@@ -64,7 +75,7 @@ class PredictionWriter:
     def _failed(self) -> BaseException:
         """The writer's error for the engine's thread: a full disk or a lost lease as itself (the driver stops the
         run on them: a restart cannot help)."""
-        if isinstance(self.error, DiskFullError | LeaseLostError):
+        if isinstance(self.error, DiskFullError | LeaseLostError | ReplicaLostError):
             return self.error
         failed = LongevalError(f"writing predictions failed: {self.error}")
         failed.__cause__ = self.error
@@ -92,6 +103,10 @@ class PredictionWriter:
                     raise LeaseLostError(
                         f"run root {self.root.uri}: a later run took this run's lease over (claim {self.fence + 1}); "
                         f"this replica stops without writing its last {len(rows)} predictions, which that run makes")
+                if self.lost is not None and self.root.exists(self.lost):
+                    raise ReplicaLostError(
+                        f"this replica was declared lost ({self.lost}) and its prompts given to others; it stops "
+                        f"without writing its last {len(rows)} predictions")
                 table = prediction_table([{**row, **self.extra} for row in rows])
                 self.names.append(self.root.write_part("predictions", table))
                 self.count += len(rows)

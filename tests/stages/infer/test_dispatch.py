@@ -237,6 +237,28 @@ def test_a_dead_replicas_unfinished_work_goes_back_to_the_front_for_any_replica(
     assert [w.instance_id for w in again] == [w.instance_id for w in mine[2:4]]  # first in line, context whole
 
 
+def test_a_replica_given_up_for_dead_that_asks_again_gets_nothing_and_holds_nothing():
+    """Its host's link came back after Ray marked the node dead: the old life's asks are answered None and leave
+    the queue as it was, so the other replica takes its work and is never kept waiting on it; its restart (the
+    next life) takes work as any replica does."""
+    rows = _rows(12, per_context=2)
+    queue = WorkQueue(rows, 2)
+    mine = queue.take(1, 4)
+    left, _ = queue.give_back(1, done=set(), next_life=1)
+    assert left == mine
+    assert queue.take(1, 4, life=0) is None and queue.remaining() == 12
+    again = queue.take(0, 12)
+    assert {w.instance_id for w in again} >= {w.instance_id for w in mine}  # first in line
+    assert queue.take(1, 4, life=0, finished=[mine[0].instance_id]) is None
+    ran = [w.instance_id for w in again]
+    while (got := queue.take(0, 12, finished=ran[-len(again):])) is not None:  # never [] for the dead life's sake
+        assert got, "replica 0 was kept waiting"
+        again = got
+        ran += [w.instance_id for w in got]
+    assert sorted(ran) == sorted(w.instance_id for w in rows)
+    assert queue.take(1, 4, life=1) is None  # its restart finds the queue empty, as any replica would
+
+
 def test_a_retired_replicas_work_is_not_passed_on_and_its_share_goes_to_the_others():
     rows = _rows(8)
     queue = WorkQueue(rows, 2)
