@@ -224,6 +224,7 @@ def test_a_worker_host_whose_link_drops_and_comes_back_loses_nothing_and_writes_
         declared = time.monotonic() - dropped
         hosts.link(2, up=True)
         assert job.wait(timeout=600) == 0, log.read_text()[-5000:]
+        fault_to_finish = time.monotonic() - dropped
         got = ray.python(READ_ALL, root)
         record = ray.python(DISPATCH, root)
         after = ray.python(ALIVE, f"{hosts[0].address}:6379")
@@ -233,7 +234,7 @@ def test_a_worker_host_whose_link_drops_and_comes_back_loses_nothing_and_writes_
         hosts.kill(2)
         ray.rejoin(hosts[2])
     print(f"link down {declared:.0f} s until the driver gave the replica up; Ray then had the node alive: "
-          f"{after.get(victim)}")
+          f"{after.get(victim)}; the run finished {fault_to_finish:.0f} s after the link dropped")
     assert len(got["instance_id"]) == len(set(got["instance_id"])) == PROMPTS
     [death] = record["deaths"]
     assert death["address"] == hosts[2].address and not death["node_alive"] and death["unfinished"], death

@@ -54,6 +54,10 @@ class PoolDriver(abc.ABC):
         self.stats: dict[str, dict] = {}
         self.deaths: list[dict[str, Any]] = []
         """Each replica death, for the dispatch record (`_death`)."""
+        self.first: set[int] = set()
+        """The first replicas still starting: those ready wait in `waiting` until none is left, so the pool's
+        replicas start on its work together (one that loads faster would otherwise take a share of the others')."""
+        self.waiting: dict[int, Any] = {}
 
     @abc.abstractmethod
     def start(self) -> None:
@@ -67,6 +71,11 @@ class PoolDriver(abc.ABC):
     def _replica_died(self, k: int, exc: BaseException) -> None:
         """Make replica `k`'s unfinished work someone's again after its run failed with `exc`."""
 
+    def _start_first(self, ks: list[int]) -> None:
+        """The pool's first replicas, all engines loading at once; they start on the work together."""
+        self.first = set(ks) - self.replicas.actors.keys()
+        self._launch(ks)
+
     def _launch(self, ks: list[int]) -> None:
         """Set replicas `ks` running: a live one at once, the others once started (`wait` polls them)."""
         for k in ks:
@@ -76,7 +85,7 @@ class PoolDriver(abc.ABC):
 
     def running(self) -> bool:
         """Whether any replica runs, or starts with work left for it; starting ones nobody needs are stopped."""
-        if self.runs or (self.replicas.starting and self._work_for_starting()):
+        if self.runs or self.waiting or (self.replicas.starting and self._work_for_starting()):
             return True
         self.replicas.cancel()
         return False
@@ -104,10 +113,14 @@ class PoolDriver(abc.ABC):
             self.done_rows += stats["rows"]
             self._run_ended(k)
         started, failed = self.replicas.poll(0.0 if self.runs else timeout_s)
-        for k, actor in started.items():
-            self.runs[self._launch_one(k, actor)] = k
+        self.waiting.update(started)
         for k, exc in failed.items():
             self._died(k, exc)
+        if not self.first & self.replicas.starting.keys():  # the first replicas all started (or died starting)
+            self.first = set()
+            for k, actor in self.waiting.items():
+                self.runs[self._launch_one(k, actor)] = k
+            self.waiting = {}
         self._unplaced()
 
     def _died(self, k: int, exc: BaseException) -> None:
@@ -115,6 +128,7 @@ class PoolDriver(abc.ABC):
         stop_on_fatal(exc)  # a restart would only fill the same disk again, or write a root taken over
         interrupt.check()  # engines in the terminal's process group die of the same Ctrl-C: no restart
         self.died = True
+        self.first.discard(k)  # its restart does not hold the others back
         death = self._death(k, exc)
         self.deaths.append(death)
         if not death["node_alive"]:  # its replica may live on, cut off: marked before its prompts go elsewhere
@@ -219,7 +233,7 @@ class StaticDriver(PoolDriver):
 
     def _unplaced(self) -> None:
         busy = set(self.runs.values())
-        idle = [j for j in self.replicas.actors if j not in busy]
+        idle = [j for j in self.replicas.actors if j not in busy and j not in self.waiting]
         for k, waited in sorted(self.replicas.unplaced().items()):
             if not idle or waited < self.MOVE_AFTER_S or not self.work.get(k):
                 continue
@@ -239,7 +253,7 @@ class StaticDriver(PoolDriver):
         return {"replicas": {k: self.replicas.name(k) for k in sorted(self.work)}, "moved": self.moved}
 
     def start(self) -> None:
-        self._launch(list(self.work))
+        self._start_first(list(self.work))
 
     def _launch_one(self, k: int, actor: Any) -> Any:
         return actor.run.remote(reads(self.work[k]), self.cfg.cluster.inflight,
@@ -276,7 +290,7 @@ class QueueDriver(PoolDriver):
         """Live replicas whose run ended because the queue was empty."""
 
     def start(self) -> None:
-        self._launch(self.ks)
+        self._start_first(self.ks)
 
     def _work_for_starting(self) -> bool:
         import ray
