@@ -42,6 +42,22 @@ HOST_ENV_DROPPED = ("RAY_", "PYTEST_")
 """Every bridge, namespace and veth the harness makes starts with this, then the test session's tag."""
 
 
+def _cgroups() -> str:
+    """Shell lines mounting the machine's cgroup hierarchies again under a host's own /sys: `ip netns exec` mounts
+    a /sys of the namespace's without them, and slurmd refuses to start without them. v2 where the machine has v2,
+    else each v1 controller."""
+    if Path("/sys/fs/cgroup/cgroup.controllers").exists():
+        return "mount -t cgroup2 cgroup2 /sys/fs/cgroup || true"
+    return "\n".join([
+        "mount -t tmpfs -o mode=755 cgroup /sys/fs/cgroup || true",
+        "for c in $(awk 'NR > 1 && $4 == 1 { print $1 }' /proc/cgroups); do",
+        "  mkdir -p /sys/fs/cgroup/$c",
+        "  mount -t cgroup -o $c cgroup /sys/fs/cgroup/$c 2>/dev/null || rmdir /sys/fs/cgroup/$c",
+        "done",
+        "mkdir -p /sys/fs/cgroup/systemd",
+        "mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd || true"])
+
+
 def session_prefix() -> str:
     """`PREFIX` and this test session's tag (`LONGEVAL_HOSTS_TAG`, which tests/conftest.py sets for the session and
     its workers): what `leftovers` looks for, so two sessions on one machine do not count each other's hosts."""
@@ -216,6 +232,9 @@ class Hosts:
             names.write_text(f"127.0.0.1 localhost\n{host.address} {host.name}\n"
                              + "".join(f"{h.address} {h.name}\n" for h in self.hosts if h is not host))
             script += [f"mount --bind {shlex.quote(str(names))} /etc/hosts"]
+            # `ip netns exec` mounts a /sys of the namespace's own, without the machine's cgroup tree under it, which
+            # a real host has (slurmd refuses to start without it): bound from the machine's root.
+            script += [_cgroups()]
             script += [f"hostname {host.name}", f"mount --rbind {shlex.quote(str(host.disk))} /tmp",
                        "mount -t tmpfs -o size=2g tmpfs /dev/shm",
                        "echo up", "exec sleep infinity"]
