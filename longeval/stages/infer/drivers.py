@@ -131,8 +131,8 @@ class PoolDriver(abc.ABC):
         self.first.discard(k)  # its restart does not hold the others back
         death = self._death(k, exc)
         self.deaths.append(death)
-        if not death["node_alive"]:  # its replica may live on, cut off: marked before its prompts go elsewhere
-            self.root.write_json(lost_marker(death["replica"]), death)
+        if not death["node_alive"] and death["record"]:  # it may live on, cut off: marked before its prompts move
+            self.root.write_json(lost_marker(death["record"]), death)
         self.replicas.replace(k)
         self._replica_died(k, exc)
 
@@ -143,7 +143,9 @@ class PoolDriver(abc.ABC):
 
         node = self.replicas.nodes.get(k, "")
         seen = {n["NodeID"]: n for n in ray.nodes()}.get(node, {})
-        return {"replica": self.replicas.life(k), "restarts": self.replicas.restarts.get(k, 0), "node": node,
+        record = self.replicas.records.pop(k, "")  # this life's; none for one that died starting
+        return {"replica": self.replicas.life(k), "record": record, "restarts": self.replicas.restarts.get(k, 0),
+                "node": node,
                 "address": seen.get("NodeManagerAddress", ""), "node_alive": bool(seen.get("Alive", False)),
                 "at": round(time.time(), 3), "cause": cause_of(exc)}
 
@@ -204,9 +206,10 @@ class PoolDriver(abc.ABC):
         """Free what the driver holds besides the replicas, and write the pool's dispatch record."""
         record = self._record()
         if record is not None:
-            self.root.write_json(f"dispatch/{self.replicas.pool.name}.json", {
-                "pool": self.replicas.pool.name, "dispatch": self.cfg.cluster.dispatch.value, **record,
-                "deaths": self.deaths})
+            name = f"dispatch/{self.replicas.pool.name}.json"
+            earlier = (self.root.json_if_exists(name) or {}).get("deaths", [])  # an earlier call's, in this root
+            self.root.write_json(name, {"pool": self.replicas.pool.name, "dispatch": self.cfg.cluster.dispatch.value,
+                                        **record, "deaths": [*earlier, *self.deaths]})
 
     @abc.abstractmethod
     def _record(self) -> dict[str, Any] | None:

@@ -211,6 +211,8 @@ class PoolReplicas:
         """Replicas being started: waiting for their placement group, then for their engine."""
         self.nodes: dict[int, str] = {}
         """Each live (or last live) replica's Ray node id, from its engine record."""
+        self.records: dict[int, str] = {}
+        """Each live (or last live) replica's engine record (`Replica.record`), which names its life."""
         self.job: tuple[str, str] | None = None
         """The driver's connection to Ray its actors belong to (`_connection`): one kept past `ray.shutdown()` is
         gone with that Ray."""
@@ -286,6 +288,7 @@ class PoolReplicas:
                 continue
             self.actors[k] = starting.actor
             self.nodes[k] = info.get("node", "")
+            self.records[k] = info.get("record", "")
             ready[k] = starting.actor
         return ready, failed
 

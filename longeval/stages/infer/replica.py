@@ -74,7 +74,8 @@ class Replica:
         return self.info
 
     def ready(self) -> dict:
-        return self.info
+        """The engine record, with where it is written (`record`: unique to this actor's life in this run)."""
+        return {**self.info, "record": self.record}
 
     def progress(self) -> int:
         """Rows the current (or last) `run` has finished (committed within `commit_interval_s`)."""
@@ -107,7 +108,7 @@ class Replica:
         began = time.perf_counter()
         self.writer = PredictionWriter(self.root,
                                        extra={"model_id": self.model_id, "replica": self.name, "node": self.node},
-                                       interval_s=commit_interval_s, fence=fence, replica=self.name)
+                                       interval_s=commit_interval_s, fence=fence, replica=self.record)
         self.finished_ids: list[str] = []
         last_row = began
         try:

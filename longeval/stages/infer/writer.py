@@ -14,9 +14,10 @@ from longeval.store.run_root import RunRoot
 __all__ = ["PredictionWriter", "lost_marker"]
 
 
-def lost_marker(replica: str) -> str:
-    """Where the driver marks replica `replica` (one life of it: `pool0/r1#1`) lost, in the run root."""
-    return f"dispatch/lost/{replica.replace('/', '-')}.json"
+def lost_marker(record: str) -> str:
+    """Where the driver marks a replica lost, in the run root, by its engine record (`engines/<name>-<host>-<pid>-
+    <started>.json`: one life of one actor; a replica name such as `pool0/r0` comes again in a later call)."""
+    return f"dispatch/lost/{record.rsplit('/', 1)[-1]}"
 
 
 class PredictionWriter:
@@ -31,10 +32,10 @@ class PredictionWriter:
     ends them once it sees the driver gone) and committed parts a rerun had already listed as not done, so it ran
     those prompts again; a driver taken over after missing its stale limit has replicas that would write on.
 
-    `replica`: this replica's name (one life of it). Before each part the writer also checks that the driver has
-    not marked it lost (`lost_marker`, one HEAD): a host cut off long enough for Ray to mark its node dead has its
-    prompts given to other replicas, but its replica runs on, and when the link comes back it would commit what
-    they commit too.
+    `replica`: this replica's engine record (one life of it). Before each part the writer also checks that the
+    driver has not marked it lost (`lost_marker`, one HEAD): a host cut off long enough for Ray to mark its node
+    dead has its prompts given to other replicas, but its replica runs on, and when the link comes back it would
+    commit what they commit too.
     """
 
     def __init__(self, root: RunRoot, *, extra: dict[str, str], interval_s: float = 30.0,
