@@ -36,6 +36,24 @@ BAD_OVERRIDES = ["model=tiny_random", "suite.tasks=[niah_single_9]"]
 JOB_TIMEOUT_S = 900
 
 
+SLURM_CONF_COMMON = """ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+MailProg=/bin/true
+SchedulerParameters=batch_sched_delay=0
+ReturnToService=2
+KillWait=5
+InactiveLimit=0
+"""
+"""The slurm.conf lines every test Slurm shares (docs: ../shared/notes/environment.md): no accounting, no cgroup
+plugins, proctrack/pgid so a job's processes end with it, and no scheduling delay."""
+
+
 def new_tag() -> str:
     return f"t{uuid.uuid4().hex[:10]}"
 

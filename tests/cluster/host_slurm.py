@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.cluster.cluster_helpers import SLURM_CONF_COMMON
 from tests.cluster.hosts import REPO, Host
 
 __all__ = ["SBIN_PATH", "HostSlurm", "slurm_missing", "start_slurm"]
@@ -37,6 +38,7 @@ def slurm_missing() -> str | None:
 
 
 def _conf(ctl: Host, nodes: list[Host], cpus: int, memory_mb: int) -> str:
+    names = ",".join(n.name for n in nodes)
     node_lines = "".join(f"NodeName={n.name} NodeAddr={n.address} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN\n"
                          for n in nodes)
     return f"""\
@@ -54,20 +56,7 @@ SlurmctldPidFile=/tmp/slurm/slurmctld.pid
 SlurmdPidFile=/tmp/slurm/slurmd.pid
 SlurmctldLogFile=/tmp/slurm/slurmctld.log
 SlurmdLogFile=/tmp/slurm/slurmd.log
-ProctrackType=proctrack/pgid
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-MpiDefault=none
-MailProg=/bin/true
-SchedulerParameters=batch_sched_delay=0
-ReturnToService=2
-KillWait=5
-InactiveLimit=0
-{node_lines}PartitionName=hosts Nodes={",".join(n.name for n in nodes)} Default=YES MaxTime=INFINITE State=UP
+{SLURM_CONF_COMMON}{node_lines}PartitionName=hosts Nodes={names} Default=YES MaxTime=INFINITE State=UP
 """
 
 

@@ -27,6 +27,7 @@ from tests.cluster.cluster_helpers import (
     JOB_TIMEOUT_S,
     REPO,
     SBATCH_SCRIPT,
+    SLURM_CONF_COMMON,
     TINY_OVERRIDES,
     assert_cluster_came_up_and_job_succeeded,
     assert_tiny_run,
@@ -97,20 +98,7 @@ SlurmctldPidFile={workdir}/slurmctld.pid
 SlurmdPidFile={workdir}/slurmd.pid
 SlurmctldLogFile={workdir}/slurmctld.log
 SlurmdLogFile={workdir}/slurmd.log
-ProctrackType=proctrack/pgid
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-MpiDefault=none
-MailProg=/bin/true
-SchedulerParameters=batch_sched_delay=0
-ReturnToService=2
-KillWait=5
-InactiveLimit=0
-NodeName=localhost CPUs={os.cpu_count() or 1} RealMemory={_real_memory_mb()} State=UNKNOWN
+{SLURM_CONF_COMMON}NodeName=localhost CPUs={os.cpu_count() or 1} RealMemory={_real_memory_mb()} State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 """)
     return conf
