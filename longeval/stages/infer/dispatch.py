@@ -210,8 +210,9 @@ class WorkQueue:
         """Prompts each replica is asked to give back (`_ask_back`), until it gives them back or finishes them."""
         self._moved_ids: set[str] = set()
         """Prompts ever asked back: a prompt moves once at most, so two estimates can never send it to and fro."""
-        self._moved: deque[tuple[list[Work], int]] = deque()
-        """Contexts given back, with the replica that gave them: the next to go out, to any other replica."""
+        self._moved: deque[tuple[list[Work], int | None]] = deque()
+        """Contexts given back, with the replica that gave them: the next to go out, to any other replica (to any
+        replica at all once the moves are called off, `_call_off_moves`: None)."""
         self._estimates = SpeedEstimates(replicas)
         """How fast each replica runs, from its asks and reports (`speeds`)."""
         self._started: float | None = None
@@ -307,7 +308,7 @@ class WorkQueue:
         out: list[Work] = []
         for entry in list(self._moved):
             unit, source = entry
-            if source == replica or (out and len(out) + len(unit) > room):
+            if source == replica or (out and len(out) + len(unit) > room):  # None: anyone's
                 continue
             self._moved.remove(entry)
             self._hand(replica, unit, now)
@@ -416,6 +417,9 @@ class WorkQueue:
         if not so_far:
             return
         ids = so_far.keys()
+        # Still asked for: not to go back to `replica`. An ask called off since (`_call_off_moves`) lets it, the
+        # replica it was meant for being gone.
+        asked = any(i in self._asked_back[replica] for i in ids)
         back = [w if not so_far[w.instance_id][0] else replace(w, resumed=(tuple(so_far[w.instance_id][0]),
                                                                            so_far[w.instance_id][1]))
                 for w in self._handed[replica] if w.instance_id in ids and w.instance_id in self._held[replica]]
@@ -426,7 +430,7 @@ class WorkQueue:
             self._held_cost[replica] -= w.cost
             self._queued_cost += w.cost
         self._handed[replica] = [w for w in self._handed[replica] if w.instance_id not in ids]
-        self._moved.extend((unit, replica) for unit in group_by_context(back))
+        self._moved.extend((unit, replica if asked else None) for unit in group_by_context(back))
 
     def reclaims(self) -> dict[int, list[str]]:
         """What each replica is asked to give back (the infer stage passes it on: `Replica.release`)."""
@@ -527,6 +531,7 @@ class WorkQueue:
                 self._wait(unit, at_front=True)
                 self._queued_cost += sum(w.cost for w in unit)
         self._let_go(replica)
+        self._call_off_moves()
         self._handed[replica] = []
         self._estimates.new_life(replica)  # a new life: its speed is measured afresh
         self._close(replica)  # and its reader starts with no shard open
@@ -540,8 +545,19 @@ class WorkQueue:
         """A replica that will take no more (failed too often): its share goes to the others."""
         self._active.discard(replica)
         self._let_go(replica)
+        self._call_off_moves()
         self._handed[replica] = []
         self._close(replica)
+
+    def _call_off_moves(self) -> None:
+        """A replica died or retired: the moves decided with it among the replicas are called off. Work asked back
+        stays where it is (what is given back anyway, the ask having reached the engine, goes to any replica, its
+        own included), and what was given back goes to any replica. Else a move meant for a replica that died
+        waits for it: with two replicas, the other gave the context back and may not take it again, and a replica
+        whose host was lost may never be placed again (the run would hang, its live replica asking forever)."""
+        for asked in self._asked_back.values():
+            asked.clear()
+        self._moved = deque((unit, None) for unit, _ in self._moved)
 
     def _let_go(self, replica: int) -> None:
         """Forget what `replica` holds, with its progress and hand-out times."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 import pytest
@@ -590,17 +591,58 @@ def test_a_replica_that_dies_after_giving_back_does_not_requeue_what_it_gave():
     assert queue.take(0, 8, finished=["i0001"], now=25.0) is None
 
 
+@pytest.mark.parametrize("given_back_first", [True, False])
+def test_a_move_meant_for_a_replica_that_dies_goes_to_any_replica(given_back_first: bool):
+    """Replica 0 asked for c0001, then died (its host lost: it may never be placed again). What replica 1 gives
+    back, before the death or after it (the ask had reached its engine), replica 1 may take again; nothing is
+    asked back any more. Before, replica 1 could not take it, and the run waited for replica 0 forever."""
+    queue = _one_asked_back()
+    assert queue.reclaims() == {1: ["i0002", "i0003"]}
+    if given_back_first:
+        assert queue.take(1, 2, given_back=["i0002", "i0003"], now=21.0) == []  # for another replica
+    queue.give_back(0, done={"i0004", "i0005", "i0006", "i0007"}, next_life=1)
+    assert queue.reclaims() == {}
+    if given_back_first:
+        taken = [w.instance_id for w in queue.take(1, 4, now=23.0)]
+    else:  # given back and taken again in one ask
+        taken = [w.instance_id for w in queue.take(1, 4, given_back=["i0002", "i0003"], now=22.0)]
+    assert taken == ["i0002", "i0003"]
+    assert queue.take(1, 4, finished=["i0001", *taken], now=30.0) is None
+    assert queue.remaining() == 0
+
+
+def test_a_move_meant_for_a_replica_that_retires_goes_to_any_replica():
+    queue = _one_asked_back()
+    queue.take(1, 2, given_back=["i0002", "i0003"], now=21.0)
+    queue.retire(0)
+    assert [w.instance_id for w in queue.take(1, 4, now=22.0)] == ["i0002", "i0003"]
+
+
 def _simulate_with_give_back(rows: list[Work], speeds: list[float], slots: int, *, ahead: list[int],
-                             moves: bool = True) -> tuple[list[float], dict[str, int]]:
+                             moves: bool = True, dies: tuple[int, float, bool] | None = None
+                             ) -> tuple[list[float], dict[str, int]]:
     """As `_simulate`, with the replicas giving back what the queue asks for (the engine drops a prompt in flight),
     and replica k's first `ahead[k]` prompts taken before any other replica asks (a slow replica's first batch,
-    committed before any speed is known); `moves=False`: the queue asks nothing back."""
+    committed before any speed is known); `moves=False`: the queue asks nothing back. `dies=(k, t, mid_move)`:
+    replica k dies at time t with what it runs (as with its host: it is never placed again), and the driver gives
+    its unfinished prompts back (`give_back`); `mid_move`: at the first move after t instead, half done (asked back
+    and given back, not yet taken: a window a real replica's death can fall in). Fails if a prompt finishes
+    twice."""
     queue = WorkQueue(rows, len(speeds), moves=moves)
+    done: Counter[str] = Counter()
+    dead: set[int] = set()
     running: list[list[tuple[float, Work]]] = [[] for _ in speeds]
     clock, busy_until, ran_on = 0.0, [0.0] * len(speeds), {}
     finished: list[list[str]] = [[] for _ in speeds]
     given: list[list[str]] = [[] for _ in speeds]
     stalled = 0
+
+    def die(now: float, mid_move: bool) -> None:
+        if dies is not None and not dead and now >= dies[1] and mid_move == dies[2]:
+            dead.add(dies[0])
+            running[dies[0]], finished[dies[0]], given[dies[0]] = [], [], []
+            queue.give_back(dies[0], set(done), next_life=1)
+
     for k, n in enumerate(ahead):
         for w in queue.take(k, n, now=0.0) or []:
             running[k].append((w.cost / speeds[k], w))
@@ -611,8 +653,10 @@ def _simulate_with_give_back(rows: list[Work], speeds: list[float], slots: int, 
                 for t, w in [item for item in running[k] if item[1].instance_id in ids]:
                     running[k].remove((t, w))
                     given[k].append(w.instance_id)
+            if any(given):
+                die(clock, mid_move=True)
             ended, waiting = 0, False
-            for k in range(len(speeds)):
+            for k in set(range(len(speeds))) - dead:
                 while len(running[k]) < slots:
                     got = queue.take(k, 1, finished[k], now=clock, given_back=given[k])
                     finished[k], given[k] = [], []
@@ -625,19 +669,23 @@ def _simulate_with_give_back(rows: list[Work], speeds: list[float], slots: int, 
                         ran_on[w.instance_id] = k
             if not (queue.reclaims() or queue.given_back_waiting()):
                 break
+        die(clock, mid_move=False)
         pending = [t for r in running for t, _ in r]
         if not pending:
-            if ended == len(speeds):
+            if ended == len(speeds) - len(dead):
+                assert set(done.values()) <= {1}, [i for i, n in done.items() if n > 1]
                 return busy_until, ran_on
             stalled += 1  # a replica asked before another reported: they ask again (`REASK_S`)
             assert stalled < 3, "replicas wait with nothing running anywhere"
             continue
         stalled = 0
-        clock = min(pending + [clock + 1.0] * waiting)  # one held back asks again a second later
+        death = [dies[1]] if dies is not None and not dead and not dies[2] and dies[1] > clock else []
+        clock = min(pending + [clock + 1.0] * waiting + death)
         for k in range(len(speeds)):
             for t, w in [item for item in running[k] if item[0] <= clock]:
                 running[k].remove((t, w))
                 finished[k].append(w.instance_id)
+                done[w.instance_id] += 1
                 busy_until[k] = max(busy_until[k], t)
 
 
@@ -664,6 +712,20 @@ def test_a_slow_replicas_first_batch_moves_to_the_free_replica_at_the_end() -> N
 def test_giving_back_never_loses_or_repeats_a_prompt(contexts, speeds, slots):
     rows = [Work(f"i{c}-{j}", f"c{c}", cost, "s") for c, (n, cost) in enumerate(contexts) for j in range(n)]
     _, ran_on = _simulate_with_give_back(rows, speeds, slots, ahead=[0] * len(speeds))
+    assert sorted(ran_on) == sorted(w.instance_id for w in rows)
+
+
+@settings(deadline=None, max_examples=80)
+@given(st.lists(st.tuples(st.integers(1, 4), st.integers(1, 2000)), min_size=2, max_size=30),
+       st.lists(st.floats(0.1, 4.0), min_size=2, max_size=3), st.integers(1, 6), st.integers(0, 2),
+       st.floats(0.0, 2000.0), st.booleans(), st.integers(0, 8))
+def test_the_others_finish_a_replica_that_dies_for_good_whenever_it_dies(contexts, speeds, slots, victim, at,
+                                                                          mid_move, ahead):
+    """A replica that dies and is never placed again (its host lost), at any time, moves or no moves under way:
+    the others run every prompt, none twice, and never wait for it."""
+    rows = [Work(f"i{c}-{j}", f"c{c}", cost, "s") for c, (n, cost) in enumerate(contexts) for j in range(n)]
+    _, ran_on = _simulate_with_give_back(rows, speeds, slots, ahead=[0] * (len(speeds) - 1) + [ahead],
+                                         dies=(victim % len(speeds), at, mid_move))
     assert sorted(ran_on) == sorted(w.instance_id for w in rows)
 
 
