@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 import uuid
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
@@ -224,10 +225,19 @@ def _attempts(n: int) -> list[str]:
     return [uuid.uuid4().hex for _ in range(n)]
 
 
-def latest_predictions(preds: pa.Table) -> pa.Table:
-    """One prediction per instance: a final one if any (an engine error is replaced by its retry)."""
+def latest_predictions(preds: pa.Table, given_away: Collection[tuple[str, str]] = ()) -> pa.Table:
+    """One prediction per instance: a final one if any (an engine error is replaced by its retry), the latest of
+    those.
+
+    `given_away`: (replica, instance id) pairs of prompts the driver took from a replica it declared lost and
+    gave to another. Such a replica may still commit them (its host was cut off, not dead, and its upload landed
+    when the link came back): that row gives way to any other final row of the instance."""
     seen: dict[str, int] = {}
-    for i, (iid, err) in enumerate(zip(preds["instance_id"].to_pylist(), preds["error"].to_pylist(), strict=True)):
-        if iid not in seen or ErrorKind.of(err) is not ErrorKind.ENGINE_ERROR:
-            seen[iid] = i
+    rank: dict[str, int] = {}  # 0 an engine error, 1 a final row given away, 2 a final row
+    replicas = preds["replica"].to_pylist() if given_away else [None] * preds.num_rows  # a read may leave it out
+    for i, (iid, err, replica) in enumerate(zip(preds["instance_id"].to_pylist(), preds["error"].to_pylist(),
+                                                replicas, strict=True)):
+        this = 0 if ErrorKind.of(err) is ErrorKind.ENGINE_ERROR else 1 if (replica, iid) in given_away else 2
+        if iid not in seen or (this and this >= rank[iid]):
+            seen[iid], rank[iid] = i, this
     return preds.take(pa.array(sorted(seen.values()), pa.int64()))

@@ -60,3 +60,20 @@ def test_latest_predictions_replaces_an_engine_error_by_its_retry_and_keeps_fina
     ], schema=PREDICTION_SCHEMA)
     latest = {r["instance_id"]: r["output"] for r in latest_predictions(preds).to_pylist()}
     assert latest == {"a": "retried", "b": "later", "c": ""}
+
+
+def test_a_lost_replicas_late_row_of_a_prompt_given_away_gives_way_to_the_other_replicas():
+    """pool0/r1 was declared lost holding b and c, which went to pool0/r0; its upload of b landed later anyway
+    (its link came back). r0's answer is kept whichever part sorts last; a given-away row alone is still kept,
+    over an engine error too."""
+    def row(iid, output, replica, error=""):
+        return {**Prediction(iid, "m", output, 1, "stop", 0, 0.1, error=error).to_row(), "replica": replica}
+
+    away = {("pool0/r1", "b"), ("pool0/r1", "c"), ("pool0/r1", "d")}
+    for order in (1, -1):
+        rows = [row("b", "r0's", "pool0/r0"), row("b", "late", "pool0/r1")][::order]
+        rows += [row("a", "kept", "pool0/r1"), row("c", "alone", "pool0/r1"),
+                 row("d", "", "pool0/r0", ErrorKind.ENGINE_ERROR.format("boom")), row("d", "late", "pool0/r1")]
+        latest = latest_predictions(pa.Table.from_pylist(rows, schema=PREDICTION_SCHEMA), away)
+        assert {r["instance_id"]: r["output"] for r in latest.to_pylist()} == {
+            "a": "kept", "b": "r0's", "c": "alone", "d": "late"}

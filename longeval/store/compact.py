@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -45,11 +46,13 @@ class Compaction:
     rows: int = 0
 
 
-def compact_predictions(root: RunRoot, meta: pa.Table | None = None) -> Compaction:
+def compact_predictions(root: RunRoot, meta: pa.Table | None = None,
+                        given_away: Collection[tuple[str, str]] = ()) -> Compaction:
     """Merge the predictions stage's parts into one file per instance shard; a stage without parts is left
     as it is, so a finished run's rerun reads nothing here.
 
     `meta`: the instances' shard columns (`SHARD_COLUMNS`), when the caller has read them already.
+    `given_away`: rows that give way to any other final row of their instance (`latest_predictions`).
     """
     names = root.shard_names(STAGE)
     parts = sorted(n for n in names if compacted_prefix(n) is None)
@@ -62,7 +65,7 @@ def compact_predictions(root: RunRoot, meta: pa.Table | None = None) -> Compacti
     # Merged files first, then parts: among equal rows the reader's choice does not matter, and a part's
     # retry of an engine error replaces the error either way.
     rows = pa.concat_tables([root.read_stage(STAGE, PREDICTION_SCHEMA, names=merged), new_rows])
-    keep = latest_predictions(rows)
+    keep = latest_predictions(rows, given_away)
     groups = pc.array_sort_indices(keep["instance_id"])
     keep = keep.take(groups)
     prefixes = [shard_of.get(i, ORPHANS) for i in keep["instance_id"].to_pylist()]

@@ -287,11 +287,12 @@ class Hosts:
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
 
-def leftovers() -> list[str]:
-    """Namespaces and links of this session's hosts still on the machine (a test session ends with none)."""
+def leftovers(prefix: str | None = None) -> list[str]:
+    """Namespaces and links of this session's hosts still on the machine (a test session ends with none), or of
+    one set of hosts (`prefix`: its `Hosts.bridge`): another test worker's hosts may be up meanwhile."""
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    prefix = session_prefix()
+    prefix = session_prefix() if prefix is None else prefix
     found = [n for n in names if n.startswith(prefix)]
     found += [line.split(":")[1].strip().split("@")[0] for line in links.splitlines()
               if line.split(":")[1].strip().startswith(prefix)]

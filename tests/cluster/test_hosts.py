@@ -69,4 +69,4 @@ def test_hosts_reach_each_other_keep_their_own_tmp_and_leave_nothing(tmp_path: P
         assert killed and head.pids() == [head.holder.pid]
         assert other.run([sys.executable, "-c", REACH, head.address]).stdout.strip() != "reached"
         assert worker.run([sys.executable, "-c", REACH, other.address]).stdout.strip() == "ConnectionRefusedError"
-    assert leftovers() == []
+    assert leftovers(hosts.bridge) == []  # this test's: another worker's hosts may be up

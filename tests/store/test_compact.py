@@ -60,6 +60,28 @@ def root(request, tmp_path) -> RunRoot:
     return RunRoot(f"s3://{server.bucket}/compact-{tmp_path.name}")
 
 
+def test_the_merge_keeps_the_answer_of_the_replica_a_lost_ones_prompt_went_to(tmp_path) -> None:
+    """The lost replica's part is the one a reader would take (it sorts last: the part names are hashes of their
+    ids, so a late part with one of several other ids is picked to sort so); the merge keeps the row of the
+    replica the prompt went to, and the late part's other row, of a prompt the lost one had finished."""
+    for j in range(1, 12):
+        root = RunRoot(str(tmp_path / f"run{j}"))
+        ids = _instances(root)
+        root.write_part("predictions", pa.Table.from_pylist([{**_pred(ids[0], "r0's"), "replica": "pool0/r0"}],
+                                                            schema=PREDICTION_SCHEMA))
+        late = [{**_pred(i, "late"), "replica": "pool0/r1"} for i in (ids[0], ids[j])]
+        root.write_part("predictions", pa.Table.from_pylist(late, schema=PREDICTION_SCHEMA))
+        if _view(root)[ids[0]][0] == "late":
+            break
+    else:
+        pytest.fail("no late part sorted last")
+    compact_predictions(root, given_away={("pool0/r1", ids[0])})
+    preds = root.read_stage("predictions", PREDICTION_SCHEMA).sort_by("instance_id")
+    assert preds["instance_id"].to_pylist() == sorted([ids[0], ids[j]])
+    assert dict(zip(preds["instance_id"].to_pylist(), preds["output"].to_pylist(), strict=True)) == {
+        ids[0]: "r0's", ids[j]: "late"}
+
+
 def test_parts_become_one_file_per_instance_shard_and_readers_see_the_same(root: RunRoot) -> None:
     ids = _instances(root)
     _parts(root, ids)

@@ -131,10 +131,14 @@ class PoolDriver(abc.ABC):
         self.first.discard(k)  # its restart does not hold the others back
         death = self._death(k, exc)
         self.deaths.append(death)
-        if not death["node_alive"] and death["record"]:  # it may live on, cut off: marked before its prompts move
+        cut_off = not death["node_alive"] and bool(death["record"])  # it may live on: marked before its prompts move
+        if cut_off:
             self.root.write_json(lost_marker(death["record"]), death)
         self.replicas.replace(k)
         self._replica_died(k, exc)
+        if cut_off:  # a part it began before the mark may still land: its rows of these prompts give way
+            self.root.write_json(lost_marker(death["record"]), death)  # now with what went to others
+            self.replicas.engines.given_away.update((death["replica"], i) for i in death.get("unfinished", []))
 
     def _death(self, k: int, exc: BaseException) -> dict[str, Any]:
         """What the run's dispatch record keeps of a replica's death: which one, on which node (its address, and

@@ -140,6 +140,9 @@ class Engines:
         self.live: OrderedDict[str, PoolReplicas] = OrderedDict()
         self.started = 0
         """Engines started in this object's life (restarts included)."""
+        self.given_away: set[tuple[str, str]] = set()
+        """(replica, instance id): prompts of replicas declared lost, given to others (`PoolDriver._died`); what
+        such a replica commits of them late gives way when the stage merges its predictions."""
 
     def size(self, pool: Pool, instances: pa.Table) -> Pool:
         """The pool sized for its sequences: the suite's planned ones (`planned`) or the instances on disk."""

@@ -64,7 +64,7 @@ def infer(cfg: Config, plan: Plan, root: RunRoot, model_path: str, progress=None
     finally:
         if own:
             engines.close()
-    compact_predictions(root)
+    compact_predictions(root, given_away=engines.given_away)
     return ran
 
 
