@@ -154,14 +154,15 @@ def test_chosen_only_by_name():
 
 
 @pytest.mark.ray
-
-
 @pytest.mark.engine
 def test_a_run_through_the_replicas_names_the_stand_in(tmp_path: Path, tiny_model_path):
-    """Plan, generate, two replica actors, the writer, score and report: no vLLM, and the stand-in says so."""
+    """Plan, generate, two replica actors, the writer, score and report: no vLLM, and the stand-in says so.
+
+    Static dispatch, so each replica has its list whatever the timing: the stand-in answers at once, and with the
+    queue one replica took all 24 prompts in a clean-clone run before the other's first ask arrived."""
     cfg = load_config([*STAND_IN, "suite.tasks=[niah_single_1,vt]", "suite.lengths=[1024,2048]", "suite.samples=6",
-                       "suite.shard_size=3", "cluster.replicas=2", "cluster.num_cpus=4", f"store.root={tmp_path}",
-                       "run_name=stand-in"])
+                       "suite.shard_size=3", "cluster.replicas=2", "cluster.num_cpus=4", "cluster.dispatch=static",
+                       f"store.root={tmp_path}", "run_name=stand-in"])
     result = run(cfg)
     root = RunRoot(cfg.run_root)
     preds = root.read_stage("predictions", PREDICTION_SCHEMA)
