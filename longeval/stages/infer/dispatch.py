@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from longeval.stages.infer.speeds import SpeedEstimates, clearly_faster
 
 __all__ = ["AFFINITY_LOOKAHEAD", "AFFINITY_SLACK", "OPEN_SHARDS", "OUTPUT_WEIGHT", "TRACE_EVENTS", "Work", "WorkQueue",
-           "assign", "cost_of", "group_by_context", "reads", "shares"]
+           "assign", "cost_of", "group_by_context", "reads"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,15 +114,6 @@ def assign(rows: Sequence[Work], replicas: int) -> list[list[Work]]:
         mine[r].append(g)
         heapq.heappush(load, (tokens + sum(w.cost for w in groups[g]), r))
     return [[w for g in sorted(gs) for w in groups[g]] for gs in mine]
-
-
-def shares(assignment: Sequence[Sequence[Work]]) -> list[float]:
-    """Each replica's share of the rows relative to an even split (1.0 = exactly its share)."""
-    total = sum(len(a) for a in assignment)
-    if not total:
-        return [0.0 for _ in assignment]
-    even = total / len(assignment)
-    return [len(a) / even for a in assignment]
 
 
 TRACE_EVENTS = 512
@@ -211,8 +202,8 @@ class WorkQueue:
         self._moved_ids: set[str] = set()
         """Prompts ever asked back: a prompt moves once at most, so two estimates can never send it to and fro."""
         self._moved: deque[tuple[list[Work], int | None]] = deque()
-        """Contexts given back, with the replica that gave them: the next to go out, to any other replica (to any
-        replica at all once the moves are called off, `_call_off_moves`: None)."""
+        """Contexts given back, with the replica that gave them (None: moves called off): the next to go out, to
+        any other replica."""
         self._estimates = SpeedEstimates(replicas)
         """How fast each replica runs, from its asks and reports (`speeds`)."""
         self._started: float | None = None
@@ -417,9 +408,7 @@ class WorkQueue:
         if not so_far:
             return
         ids = so_far.keys()
-        # Still asked for: not to go back to `replica`. An ask called off since (`_call_off_moves`) lets it, the
-        # replica it was meant for being gone.
-        asked = any(i in self._asked_back[replica] for i in ids)
+        asked = any(i in self._asked_back[replica] for i in ids)  # else called off: it may take them back
         back = [w if not so_far[w.instance_id][0] else replace(w, resumed=(tuple(so_far[w.instance_id][0]),
                                                                            so_far[w.instance_id][1]))
                 for w in self._handed[replica] if w.instance_id in ids and w.instance_id in self._held[replica]]
@@ -550,11 +539,9 @@ class WorkQueue:
         self._close(replica)
 
     def _call_off_moves(self) -> None:
-        """A replica died or retired: the moves decided with it among the replicas are called off. Work asked back
-        stays where it is (what is given back anyway, the ask having reached the engine, goes to any replica, its
-        own included), and what was given back goes to any replica. Else a move meant for a replica that died
-        waits for it: with two replicas, the other gave the context back and may not take it again, and a replica
-        whose host was lost may never be placed again (the run would hang, its live replica asking forever)."""
+        """A replica died or retired: pending moves are off, and what was (or is yet) given back goes to any
+        replica, its giver included. Else, with two replicas, a move meant for one whose host was lost waits for it
+        for ever: the other may not take back what it gave, and the lost one is never placed again."""
         for asked in self._asked_back.values():
             asked.clear()
         self._moved = deque((unit, None) for unit, _ in self._moved)

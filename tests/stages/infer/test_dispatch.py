@@ -17,7 +17,6 @@ from longeval.stages.infer.dispatch import (
     assign,
     group_by_context,
     reads,
-    shares,
 )
 from longeval.stages.infer.speeds import MOVE_SPEEDUP
 
@@ -64,11 +63,6 @@ def test_replica_order_follows_the_schedule():
 def test_more_replicas_than_contexts_leaves_some_idle_and_none_twice():
     out = assign(_rows(6, per_context=3), 4)
     assert sorted(len(a) for a in out) == [0, 0, 3, 3]
-
-
-def test_shares_are_relative_to_an_even_split():
-    assert shares([[1, 2], [3, 4]]) == [1.0, 1.0]
-    assert shares([[1, 2, 3], [4]]) == [1.5, 0.5]
 
 
 @given(st.lists(st.tuples(st.integers(0, 30), st.integers(1, 5000)), min_size=1, max_size=200),
